@@ -1,0 +1,88 @@
+"""perfmodel: predict how long GPU work takes, and why, before anyone rents the GPU.
+
+Public names are re-exported here and imported lazily on first use, so
+``import perfmodel`` stays cheap (no numpy/pydantic work until needed, never torch)::
+
+    import perfmodel as pm
+    hw = pm.load_hardware("h100-sxm")
+    p = pm.predict(pm.Gemm(m=4096, n=4096, k=4096, dtype="bf16"), hw)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "PerfmodelError": "perfmodel._errors",
+    "SpecError": "perfmodel._errors",
+    "parse_quantity": "perfmodel._units",
+    "format_quantity": "perfmodel._units",
+    "DTYPES": "perfmodel.dtypes",
+    "bytes_per_element": "perfmodel.dtypes",
+    "HardwareSpec": "perfmodel.hardware.spec",
+    "load_hardware": "perfmodel.hardware.catalog",
+    "list_hardware": "perfmodel.hardware.catalog",
+    "Cost": "perfmodel.ops.cost",
+    "Gemm": "perfmodel.ops.gemm",
+    "Attention": "perfmodel.ops.attention",
+    "Norm": "perfmodel.ops.elementwise",
+    "Elementwise": "perfmodel.ops.elementwise",
+    "Activation": "perfmodel.ops.elementwise",
+    "Rotary": "perfmodel.ops.elementwise",
+    "Softmax": "perfmodel.ops.elementwise",
+    "Embedding": "perfmodel.ops.elementwise",
+    "AllReduce": "perfmodel.ops.comm",
+    "Prediction": "perfmodel.timing",
+    "predict": "perfmodel.timing",
+    "validate": "perfmodel.validation",
+    "read_measurements": "perfmodel.measurements",
+    "TransformerConfig": "perfmodel.models.config",
+    "load_model": "perfmodel.models.config",
+    "list_models": "perfmodel.models.config",
+    "predict_model": "perfmodel.models.predict",
+    "ModelPrediction": "perfmodel.models.predict",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'perfmodel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - names for type checkers and IDEs
+    from perfmodel._errors import PerfmodelError, SpecError
+    from perfmodel._units import format_quantity, parse_quantity
+    from perfmodel.dtypes import DTYPES, bytes_per_element
+    from perfmodel.hardware.catalog import list_hardware, load_hardware
+    from perfmodel.hardware.spec import HardwareSpec
+    from perfmodel.measurements import read_measurements
+    from perfmodel.models.config import TransformerConfig, list_models, load_model
+    from perfmodel.models.predict import ModelPrediction, predict_model
+    from perfmodel.ops.attention import Attention
+    from perfmodel.ops.comm import AllReduce
+    from perfmodel.ops.cost import Cost
+    from perfmodel.ops.elementwise import (
+        Activation,
+        Elementwise,
+        Embedding,
+        Norm,
+        Rotary,
+        Softmax,
+    )
+    from perfmodel.ops.gemm import Gemm
+    from perfmodel.timing import Prediction, predict
+    from perfmodel.validation import validate

@@ -1,0 +1,1 @@
+"""The ``perfmodel`` command. Each subcommand lives in its own module with ``register()``."""

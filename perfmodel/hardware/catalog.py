@@ -1,0 +1,245 @@
+"""Find, read and validate hardware specs: bundled ids, aliases, user YAML with ``extends``.
+
+YAML is read with ``yaml.safe_load`` only. Errors name the field and the fix and are
+raised as :class:`~perfmodel._errors.SpecError` with the full list in ``.errors``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from perfmodel._errors import PerfmodelError, SpecError
+from perfmodel.hardware.spec import HardwareSpec
+
+__all__ = ["list_hardware", "load_hardware", "load_hardware_file", "resolve_id", "specs_dir"]
+
+#: Common spellings -> bundled id. Resolution prints a note to stderr (once per spelling).
+ALIASES: dict[str, str] = {
+    "h100": "h100-sxm", "h100-sxm5": "h100-sxm", "h100-sxm5-80gb": "h100-sxm",
+    "h100-80gb": "h100-sxm", "h100-80gb-hbm3": "h100-sxm", "h100-sxm-80gb": "h100-sxm",
+    "a100": "a100-80gb-sxm", "a100-sxm": "a100-80gb-sxm", "a100-sxm4-80gb": "a100-80gb-sxm",
+    "a100-80gb": "a100-80gb-sxm", "a100-sxm4-40gb": "a100-40gb-sxm", "a100-40gb": "a100-40gb-sxm",
+    "a100-pcie": "a100-80gb-pcie", "a100-pcie-80gb": "a100-80gb-pcie",
+    "a100-pcie-40gb": "a100-40gb-pcie",
+    "h200": "h200-sxm", "h200-141gb": "h200-sxm", "v100": "v100-sxm2-32gb",
+    "v100-sxm2": "v100-sxm2-32gb", "v100-pcie": "v100-pcie-32gb", "p100": "p100-pcie-16gb",
+    "tesla-t4": "t4", "tesla-p4": "p4", "geforce-rtx-4090": "rtx-4090", "4090": "rtx-4090",
+    "geforce-rtx-3090": "rtx-3090", "3090": "rtx-3090", "geforce-rtx-5090": "rtx-5090",
+    "5090": "rtx-5090", "instinct-mi300x": "mi300x", "mi300": "mi300x", "mi250": "mi250x",
+    "mi355": "mi355x", "mi325": "mi325x", "gb200-nvl72": "gb200", "b200-sxm": "b200",
+    "cpu": "cpu-local", "local": "cpu-local",
+}
+
+
+def specs_dir() -> Path:
+    """Folder holding the bundled YAML specs (inside the wheel, or the source checkout)."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "hardware_specs"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "hardware_specs"
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_paths() -> dict[str, Path]:
+    paths: dict[str, Path] = {}
+    for path in sorted(specs_dir().rglob("*.yaml")):
+        paths[path.stem] = path
+    return paths
+
+
+def list_hardware() -> list[str]:
+    """Ids of every bundled spec, sorted."""
+    return sorted(_bundled_paths())
+
+
+def _normalize(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def resolve_id(name: str) -> str:
+    """Map a bundled id or a common spelling (``H100``, ``A100``) to a bundled id.
+
+    Raises :class:`PerfmodelError` for unknown or ambiguous names, listing candidates.
+    """
+    ids = _bundled_paths()
+    key = _normalize(name)
+    if key in ids:
+        return key
+    if key.startswith("nvidia-"):
+        key = key[len("nvidia-"):]
+        if key in ids:
+            return key
+    if key in ALIASES and ALIASES[key] in ids:
+        target = ALIASES[key]
+        _note(f"note: '{name}' resolved to '{target}' (say '{target}' to silence this note)")
+        return target
+    prefix = [i for i in ids if i.startswith(key)]
+    if len(prefix) == 1:
+        _note(f"note: '{name}' resolved to '{prefix[0]}'")
+        return prefix[0]
+    if len(prefix) > 1:
+        raise PerfmodelError("gpu", f"'{name}' is ambiguous", f"use one of {', '.join(prefix)}")
+    close = difflib.get_close_matches(key, list(ids) + list(ALIASES), n=4, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise PerfmodelError(
+        "gpu", f"unknown hardware '{name}'",
+        f"{hint}run 'perfmodel specs list' for bundled ids, or pass a path to a YAML file",
+    )
+
+
+_NOTED: set[str] = set()
+
+
+def _note(text: str) -> None:
+    if text not in _NOTED:
+        _NOTED.add(text)
+        print(text, file=sys.stderr)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(str(path), [f"file not found: {path}"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(str(path), [f"cannot read {path}: {exc}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as exc:
+        raise SpecError(str(path), [
+            f"unsafe or unknown YAML tag ({exc.problem}); specs are plain YAML: remove tags such "
+            "as !!python/object"
+        ]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(str(path), [f"malformed YAML{where}: {getattr(exc, 'problem', exc)}"]) \
+            from None
+    if data is None:
+        raise SpecError(str(path), ["the file is empty; a spec needs id, name, vendor, arch, "
+                                    "compute, peaks, memory and sources"])
+    if not isinstance(data, dict):
+        raise SpecError(str(path), [f"top level must be a mapping of fields, got "
+                                    f"{type(data).__name__}"])
+    return data
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``over`` into ``base`` recursively; ``over`` wins; ``null`` deletes a key."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
+    data = _read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise SpecError(str(path), ["extends: must be a bundled id or a path to a YAML file"])
+    parent_path = _locate(parent, relative_to=path.parent)
+    key = str(parent_path.resolve())
+    if key in chain:
+        cycle = " -> ".join([*chain, key])
+        raise SpecError(str(path), [f"extends: cycle detected ({cycle}); remove one extends"])
+    base = _raw_with_extends(parent_path, (*chain, key))
+    return _deep_merge(base, data)
+
+
+def _locate(name: str, relative_to: Path | None = None) -> Path:
+    candidate = Path(name)
+    if name.endswith((".yaml", ".yml")) or candidate.is_file():
+        if not candidate.is_absolute() and relative_to is not None:
+            rel = relative_to / candidate
+            if rel.is_file():
+                return rel
+        return candidate
+    return _bundled_paths()[resolve_id(name)]
+
+
+def format_validation_error(exc: ValidationError) -> list[str]:
+    """Turn a pydantic error into lines ``field.path: problem (fix)``."""
+    lines: list[str] = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        kind = err["type"]
+        msg = err["msg"].removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            field = str(err["loc"][-1])
+            msg = f"unknown field '{field}'"
+            known = _known_fields(err["loc"][:-1])
+            close = difflib.get_close_matches(field, known, n=1)
+            msg += f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
+        elif kind == "missing":
+            msg = "required field is missing"
+        elif kind in ("greater_than", "greater_than_equal"):
+            msg = f"{msg} (got {err.get('input')!r}); sizes, rates and capacities must be positive"
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return lines
+
+
+def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = HardwareSpec
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            return []
+        ann = fields[part].annotation
+        args = getattr(ann, "__args__", ())
+        model = next((a for a in (ann, *args) if hasattr(a, "model_fields")), None)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def spec_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> HardwareSpec:
+    """Validate a mapping (already merged) as a :class:`HardwareSpec`."""
+    try:
+        return HardwareSpec.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SpecError(source, format_validation_error(exc)) from None
+
+
+def load_hardware_file(path: str | Path) -> HardwareSpec:
+    """Read, merge (``extends``) and validate the YAML spec at ``path``."""
+    p = Path(path)
+    data = _raw_with_extends(p, (str(p.resolve()),))
+    return spec_from_dict(data, source=str(p))
+
+
+@functools.lru_cache(maxsize=128)
+def _load_bundled(spec_id: str) -> HardwareSpec:
+    return load_hardware_file(_bundled_paths()[spec_id])
+
+
+def load_hardware(id_or_path: str | Path | HardwareSpec) -> HardwareSpec:
+    """Load a bundled spec by id (or alias such as ``"H100"``) or a YAML file by path.
+
+    A :class:`HardwareSpec` passes through unchanged. Bundled specs are cached.
+    """
+    if isinstance(id_or_path, HardwareSpec):
+        return id_or_path
+    if isinstance(id_or_path, Path) or str(id_or_path).endswith((".yaml", ".yml")):
+        return load_hardware_file(id_or_path)
+    if not isinstance(id_or_path, str):
+        raise PerfmodelError("gpu", f"expected an id or a path, got {type(id_or_path).__name__}",
+                             "pass e.g. 'h100-sxm' or 'my_gpu.yaml'")
+    if Path(id_or_path).is_file():
+        return load_hardware_file(id_or_path)
+    return _load_bundled(resolve_id(id_or_path))

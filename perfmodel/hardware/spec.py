@@ -1,0 +1,303 @@
+"""Hardware spec: a frozen pydantic model of one accelerator, read from YAML.
+
+Every quantity is stored in SI units (FLOP/s, B/s, bytes, Hz, W, s). YAML may write
+human units ("989 TFLOP/s", "3.35 TB/s", "50 MiB"); they are parsed once, here.
+Peaks are **dense** figures; a sparse figure is only accepted under ``sparse_peak``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from perfmodel._errors import UnitError
+from perfmodel._units import Kind, parse_quantity
+from perfmodel.dtypes import DTYPES, DType, bytes_per_element, normalize_dtype
+
+__all__ = [
+    "Calibration",
+    "ComputeSpec",
+    "DTypePeak",
+    "EfficiencySpec",
+    "HardwareSpec",
+    "InterconnectSpec",
+    "LinkSpec",
+    "MemorySpec",
+    "PricingSpec",
+]
+
+Vendor = Literal["nvidia", "amd", "intel", "google", "cpu"]
+Arch = Literal[
+    "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-consumer",
+    "cdna1", "cdna2", "cdna3", "cdna4", "cpu",
+]
+ExecUnit = Literal["tensor", "vector"]
+
+#: Tolerance for the cross-check peak ≈ units × clock × FLOPs/clock/unit.
+PEAK_TOLERANCE = 0.06
+
+
+def _quantity(kind: Kind) -> BeforeValidator:
+    def parse(value: object) -> float:
+        if isinstance(value, str) and "sparse" in value.lower():
+            raise ValueError(
+                f"{value!r} is a sparse figure; peaks must be dense "
+                "(halve NVIDIA/AMD 'with sparsity' figures, or put the figure under sparse_peak)"
+            )
+        try:
+            return parse_quantity(value, kind, field="")
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+
+    return BeforeValidator(parse)
+
+
+FlopRate = Annotated[float, _quantity("flops"), Field(gt=0)]
+Bandwidth = Annotated[float, _quantity("bandwidth"), Field(gt=0)]
+Bytes = Annotated[float, _quantity("bytes"), Field(gt=0)]
+Frequency = Annotated[float, _quantity("frequency"), Field(gt=0)]
+Power = Annotated[float, _quantity("power"), Field(gt=0)]
+Seconds = Annotated[float, _quantity("time"), Field(ge=0)]
+Fraction = Annotated[float, _quantity("ratio"), Field(gt=0, le=1.2)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DTypePeak(_Frozen):
+    """Dense peak throughput of one dtype and the unit that runs it."""
+
+    peak: FlopRate
+    """Dense peak, FLOP/s (or OP/s for integer dtypes)."""
+    unit: ExecUnit = "tensor"
+    """Execution unit: ``tensor`` (tensor/matrix cores) or ``vector`` (CUDA cores / SIMD)."""
+    flops_per_clock_per_unit: Annotated[float, Field(gt=0)] | None = None
+    """Dense FLOPs per clock per SM/CU; when given, peak is cross-checked against it."""
+    sparse_peak: FlopRate | None = None
+    """2:4 structured-sparse figure, kept for reference only; never used in predictions."""
+
+
+class ComputeSpec(_Frozen):
+    """Parallel compute units and clocks."""
+
+    units: Annotated[int, Field(gt=0)]
+    """SM (NVIDIA), CU (AMD) or core count."""
+    unit_name: Literal["SM", "CU", "core", "MME", "TensorCore"] = "SM"
+    boost_clock: Frequency
+    """Maximum boost clock, Hz (vector peaks are quoted at it)."""
+    tensor_clock: Frequency | None = None
+    """Clock the tensor peaks are quoted at, Hz (H100 SXM: 1.83 GHz); default boost_clock."""
+    sustained_clock: Frequency | None = None
+    """Clock sustained under a long load where a power cap pulls it lower (T4, L4), Hz."""
+    special_function_rate: FlopRate | None = None
+    """Special-function (exp) throughput of the whole device, operations/s."""
+
+
+class MemorySpec(_Frozen):
+    """Device memory and on-chip storage."""
+
+    type: str
+    capacity: Bytes
+    """Device memory capacity, bytes (vendor 'GB' labels are often GiB: see the comment)."""
+    bandwidth: Bandwidth
+    """Peak device-memory bandwidth, B/s (decimal: 1 TB/s = 1e12 B/s)."""
+    l2: Bytes | None = None
+    """Last-level (L2) cache size, bytes."""
+    smem_per_unit: Bytes | None = None
+    """Maximum shared memory (LDS on AMD) per SM/CU, bytes."""
+    register_file_per_unit: Bytes | None = None
+    """Register file per SM/CU, bytes."""
+    infinity_cache: Bytes | None = None
+    """Memory-side last-level cache (AMD Infinity Cache), bytes."""
+    latency: Seconds | None = None
+    """Typical loaded device-memory latency, s; sets bytes-in-flight for small transfers."""
+
+
+class LinkSpec(_Frozen):
+    """One kind of link; bandwidths are per direction."""
+
+    name: str
+    bandwidth_per_direction: Bandwidth
+    latency: Seconds | None = None
+
+
+class InterconnectSpec(_Frozen):
+    gpu_link: LinkSpec | None = None
+    """GPU-to-GPU link (NVLink, Infinity Fabric); absent on PCIe-only cards."""
+    host_link: LinkSpec | None = None
+
+
+class PricingSpec(_Frozen):
+    """An editable assumption, not a fact: cloud price per GPU-hour."""
+
+    usd_per_hour: Annotated[float, Field(gt=0)]
+    assumption: str
+    """Where the figure comes from and when; prices change, override freely."""
+
+
+class EfficiencySpec(_Frozen):
+    """Default achievable fractions and fixed costs (spec-only predictions use these).
+
+    ``compute`` maps a dtype name, ``tensor``, ``vector`` or ``default`` to the fraction of
+    dense peak a large, well-shaped kernel sustains; lookup order is dtype, unit, default.
+    """
+
+    compute: dict[str, Fraction] = Field(default_factory=lambda: {"default": 0.8})
+    memory: Fraction = 0.85
+    """Fraction of peak device-memory bandwidth a large streaming kernel sustains."""
+    kernel_overhead: Seconds = 3e-6
+    """Fixed cost of one kernel (launch, prologue, tail), s."""
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> EfficiencySpec:
+        allowed = {*DTYPES, "tensor", "vector", "default"}
+        bad = sorted(set(self.compute) - allowed)
+        if bad:
+            raise ValueError(
+                f"unknown key(s) {bad} in efficiency.compute; use dtype names, 'tensor', "
+                "'vector' or 'default'"
+            )
+        return self
+
+    def compute_fraction(self, dtype: DType, unit: ExecUnit) -> float:
+        """Achievable fraction of dense peak for ``dtype`` on ``unit``."""
+        for key in (dtype, unit, "default"):
+            if key in self.compute:
+                return self.compute[key]
+        return 0.8
+
+
+class Calibration(_Frozen):
+    """Parameters fitted from measurements, with provenance (written by ``calibrate fit``)."""
+
+    date: str
+    device: str
+    environment: dict[str, str] = Field(default_factory=dict)
+    points: Annotated[int, Field(ge=0)]
+    params: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Fitted parameters per op family key (e.g. ``gemm/bf16``)."""
+    error_before: dict[str, float] = Field(default_factory=dict)
+    error_after: dict[str, float] = Field(default_factory=dict)
+    residuals: dict[str, list[list[float]]] = Field(default_factory=dict)
+    """Optional residual correction tables per family: rows of (log-size, log-ratio)."""
+
+
+_BLOCKS_NEEDING_SOURCES = ("peaks", "compute", "memory", "interconnect", "power", "efficiency")
+
+
+class HardwareSpec(_Frozen):
+    """One accelerator. Load with :func:`perfmodel.load_hardware`."""
+
+    id: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")]
+    name: str
+    vendor: Vendor
+    arch: Arch
+    """Architecture family; selects the family defaults of the timing model (tile menus...)."""
+    form_factor: str = ""
+    launch_year: Annotated[int, Field(ge=2000, le=2100)] | None = None
+    compute: ComputeSpec
+    peaks: dict[DType, DTypePeak]
+    """Dense peak per dtype; a dtype absent here is unsupported on this device."""
+    memory: MemorySpec
+    interconnect: InterconnectSpec = Field(default_factory=InterconnectSpec)
+    tdp: Power | None = None
+    """Board power (TDP/TBP), W."""
+    pricing: PricingSpec | None = None
+    efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
+    sources: dict[str, str]
+    """Citation per block (``peaks``, ``memory``...) or per dotted field (``memory.l2``)."""
+    notes: str = ""
+    calibration: Calibration | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalize_peak_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("peaks"), dict):
+            peaks: dict[str, Any] = {}
+            for key, value in data["peaks"].items():
+                try:
+                    dt = normalize_dtype(key, field=f"peaks.{key}")
+                except ValueError:
+                    raise ValueError(
+                        f"peaks: unknown dtype {key!r}; use one of {', '.join(DTYPES)}"
+                    ) from None
+                peaks[dt] = value
+            data = {**data, "peaks": peaks}
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> HardwareSpec:
+        problems: list[str] = []
+        if not self.peaks:
+            problems.append("peaks: at least one dtype peak is required")
+        for dt, pk in self.peaks.items():
+            if pk.flops_per_clock_per_unit is None:
+                continue
+            clock = (self.compute.tensor_clock or self.compute.boost_clock
+                     if pk.unit == "tensor" else self.compute.boost_clock)
+            expected = self.compute.units * clock * pk.flops_per_clock_per_unit
+            ratio = pk.peak / expected
+            if ratio > 1.5:
+                problems.append(
+                    f"peaks.{dt}.peak: {pk.peak / 1e12:.1f} TFLOP/s is {ratio:.2f}x units x clock "
+                    f"x FLOPs/clock ({expected / 1e12:.1f} TFLOP/s): it looks like a sparse figure; "
+                    "give the dense figure (put the sparse one under sparse_peak)"
+                )
+            elif abs(ratio - 1.0) > PEAK_TOLERANCE:
+                problems.append(
+                    f"peaks.{dt}.peak: {pk.peak / 1e12:.1f} TFLOP/s disagrees with units x clock "
+                    f"x FLOPs/clock = {expected / 1e12:.1f} TFLOP/s by {abs(ratio - 1) * 100:.0f}%; "
+                    "check the SM count, the clock the peak is quoted at, or FLOPs/clock"
+                )
+            if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
+                problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
+        present = {"peaks", "compute", "memory", "efficiency"}
+        if self.interconnect.gpu_link or self.interconnect.host_link:
+            present.add("interconnect")
+        if self.tdp is not None:
+            present.add("power")
+        cited = {key.split(".")[0] for key, text in self.sources.items() if text.strip()}
+        if "all" not in cited:
+            missing = sorted(b for b in _BLOCKS_NEEDING_SOURCES if b in present and b not in cited)
+            if missing:
+                problems.append(
+                    f"sources: no citation for {', '.join(missing)}; add e.g. "
+                    f"'{missing[0]}: <datasheet or URL>' under sources"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # ----------------------------------------------------------------- derived values
+    def supports(self, dtype: str) -> bool:
+        """True if the device has a peak for ``dtype``."""
+        return normalize_dtype(dtype) in self.peaks
+
+    def peak(self, dtype: str) -> float:
+        """Dense datasheet peak of ``dtype``, FLOP/s; raises if unsupported."""
+        from perfmodel._errors import PerfmodelError
+
+        dt = normalize_dtype(dtype)
+        if dt not in self.peaks:
+            have = ", ".join(self.peaks)
+            raise PerfmodelError(
+                "dtype", f"{self.id} has no {dt} peak (unsupported on this device)",
+                f"use one of {have}",
+            )
+        return self.peaks[dt].peak
+
+    def ridge_point(self, dtype: str) -> float:
+        """Datasheet ridge point of ``dtype``: dense peak / memory bandwidth, FLOP/byte."""
+        return self.peak(dtype) / self.memory.bandwidth
+
+    @staticmethod
+    def bytes_per_element(dtype: str) -> float:
+        """Bytes per element of ``dtype`` (fp4: 0.5)."""
+        return bytes_per_element(dtype)
+
+    @property
+    def price_per_hour(self) -> float | None:
+        """Assumed price per hour (USD) or None."""
+        return self.pricing.usd_per_hour if self.pricing else None
