@@ -5,13 +5,16 @@ Decimal prefixes (k, M, G, T, P, E) are powers of 1000; binary prefixes (Ki, Mi,
 Pi, Ei) are powers of 1024. "KB" is rejected as ambiguous (write kB or KiB). A quantity
 whose unit belongs to another kind ("3.35 TB" for a bandwidth) or a misspelt unit
 ("TFLOPS/s") raises :class:`UnitError` naming the field and the accepted forms.
-A plain number (int, float or a numeric string) is taken as already SI.
+A plain number (int, float or a numeric string such as ``"1e15"``) is taken as already SI;
+for a ratio that means a fraction (0.85), while ``"85 %"`` is a percentage.
 """
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
+from decimal import Decimal
 from typing import Literal
 
 from perfmodel._errors import UnitError
@@ -21,20 +24,27 @@ __all__ = ["KINDS", "Kind", "format_quantity", "parse_quantity"]
 Kind = Literal["flops", "bandwidth", "bytes", "frequency", "power", "time", "ratio"]
 KINDS: tuple[Kind, ...] = ("flops", "bandwidth", "bytes", "frequency", "power", "time", "ratio")
 
-_DECIMAL = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
-_TIME_PREFIX = {"": 1.0, "m": 1e-3, "u": 1e-6, "µ": 1e-6, "μ": 1e-6, "n": 1e-9}
+# Multipliers are exact decimals: "66.9 TFLOP/s" parses to the double nearest 66.9e12
+# (what the literal 66.9e12 gives), not to the product of two rounded doubles.
+_ONE = Decimal(1)
+_DECIMAL = {p: Decimal(10) ** (3 * i) for i, p in enumerate(("", "k", "M", "G", "T", "P", "E"))}
+_BINARY = {p: Decimal(2) ** (10 * i) for i, p in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)}
+_TIME_PREFIX = {"": _ONE, "m": Decimal("1e-3"), "u": Decimal("1e-6"), "µ": Decimal("1e-6"),
+                "μ": Decimal("1e-6"), "n": Decimal("1e-9")}
 
 # Base unit spellings per kind (after the prefix). Value: multiplier to SI.
-_BASES: dict[Kind, dict[str, float]] = {
-    "flops": {"FLOP/s": 1.0, "FLOPS": 1.0, "OP/s": 1.0, "OPS": 1.0, "IOPS": 1.0},
-    "bandwidth": {"B/s": 1.0, "Bps": 1.0, "b/s": 0.125, "bps": 0.125},
-    "bytes": {"B": 1.0, "byte": 1.0, "bytes": 1.0},
-    "frequency": {"Hz": 1.0},
-    "power": {"W": 1.0},
-    "time": {"s": 1.0},
-    "ratio": {"%": 0.01},
+_BASES: dict[Kind, dict[str, Decimal]] = {
+    "flops": {"FLOP/s": _ONE, "FLOPS": _ONE, "OP/s": _ONE, "OPS": _ONE, "IOPS": _ONE},
+    "bandwidth": {"B/s": _ONE, "Bps": _ONE, "b/s": Decimal("0.125"), "bps": Decimal("0.125")},
+    "bytes": {"B": _ONE, "byte": _ONE, "bytes": _ONE},
+    "frequency": {"Hz": _ONE},
+    "power": {"W": _ONE},
+    "time": {"s": _ONE},
+    "ratio": {"%": Decimal("0.01")},
 }
+
+#: Enough digits that number x multiplier is exact before the one rounding to a double.
+_EXACT = decimal.Context(prec=100, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 _EXAMPLES: dict[Kind, str] = {
     "flops": "'989 TFLOP/s', '989 TFLOPS', '1979 TOPS', or a plain number in FLOP/s",
@@ -46,13 +56,16 @@ _EXAMPLES: dict[Kind, str] = {
     "ratio": "'85 %' or a plain fraction such as 0.85",
 }
 
+#: Spellings with an upper-case K, which some write for 1000 and others for 1024.
+_AMBIGUOUS_K = frozenset({"KB", "KB/s", "KBps", "Kb/s", "Kbps", "Kbyte", "Kbytes"})
+
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY_RE = re.compile(rf"^\s*({_NUMBER})\s*(\S*)\s*$")
 
 
-def _unit_table(kind: Kind) -> dict[str, float]:
+def _unit_table(kind: Kind) -> dict[str, Decimal]:
     """All accepted unit spellings of ``kind`` with their SI multipliers."""
-    table: dict[str, float] = {}
+    table: dict[str, Decimal] = {}
     for base, mult in _BASES[kind].items():
         if kind == "time":
             for prefix, scale in _TIME_PREFIX.items():
@@ -61,7 +74,7 @@ def _unit_table(kind: Kind) -> dict[str, float]:
         if kind in ("frequency", "power", "ratio"):
             prefixes = {p: s for p, s in _DECIMAL.items() if p in ("", "k", "M", "G")}
             if kind == "ratio":
-                prefixes = {"": 1.0}
+                prefixes = {"": _ONE}
             for prefix, scale in prefixes.items():
                 table[prefix + base] = scale * mult
             continue
@@ -73,7 +86,7 @@ def _unit_table(kind: Kind) -> dict[str, float]:
     return table
 
 
-_TABLES: dict[Kind, dict[str, float]] = {k: _unit_table(k) for k in KINDS}
+_TABLES: dict[Kind, dict[str, Decimal]] = {k: _unit_table(k) for k in KINDS}
 
 
 def _kind_of_unit(unit: str) -> Kind | None:
@@ -101,47 +114,51 @@ def parse_quantity(value: object, kind: Kind, field: str = "value") -> float:
         If the string is malformed, the unit belongs to another kind, the unit is
         ambiguous ("KB"), or the result is not finite.
     """
+    fix = f"write {_EXAMPLES[kind]}"
     if isinstance(value, bool):
-        raise UnitError(field, f"{value!r} is a boolean, not a quantity", f"write {_EXAMPLES[kind]}")
+        raise UnitError(field, f"{value!r} is a boolean, not a quantity", fix)
     if isinstance(value, (int, float)):
         number = float(value)
         if not math.isfinite(number):
-            raise UnitError(field, f"{value!r} is not a finite number", f"write {_EXAMPLES[kind]}")
+            raise UnitError(field, f"{value!r} is not a finite number", fix)
         return number
     if not isinstance(value, str):
         raise UnitError(
             field, f"expected a number or a string with a unit, got {type(value).__name__}",
-            f"write {_EXAMPLES[kind]}",
+            fix,
         )
     match = _QUANTITY_RE.match(value)
     if match is None:
-        raise UnitError(field, f"cannot read {value!r} as a quantity", f"write {_EXAMPLES[kind]}")
-    number = float(match.group(1))
-    unit = match.group(2)
-    if not math.isfinite(number):
-        raise UnitError(field, f"{value!r} is not finite", f"write {_EXAMPLES[kind]}")
+        raise UnitError(field, f"cannot read {value!r} as a quantity", fix)
+    digits, unit = match.group(1), match.group(2)
     table = _TABLES[kind]
-    if unit in table:
-        return number * table[unit]
-    if unit == "" and kind != "ratio":
+    if unit in table or unit == "":
+        number = float(_EXACT.multiply(Decimal(digits), table.get(unit, _ONE)))
+        if not math.isfinite(number):
+            raise UnitError(field, f"{value!r} is too large to be a finite number", fix)
         return number
-    if unit in ("KB", "KB/s", "Kbytes"):
+    if unit in _AMBIGUOUS_K:
         raise UnitError(
             field, f"{value!r}: 'K' is ambiguous (1000 or 1024)",
             "write 'kB' for 1000 bytes or 'KiB' for 1024 bytes",
+        )
+    if kind == "flops" and re.fullmatch(r"[kMGTPE]?(FL)?OPS/s", unit):
+        raise UnitError(
+            field, f"{value!r}: {unit!r} says 'per second' twice (FLOPS already means FLOP/s)",
+            fix,
         )
     other = _kind_of_unit(unit)
     if other is not None:
         raise UnitError(
             field, f"{value!r} is a {other} quantity, but a {kind} quantity is expected",
-            f"write {_EXAMPLES[kind]}",
+            fix,
         )
-    raise UnitError(field, f"unknown unit {unit!r} in {value!r}", f"write {_EXAMPLES[kind]}")
+    raise UnitError(field, f"unknown unit {unit!r} in {value!r}", fix)
 
 
 _DISPLAY: dict[Kind, tuple[str, tuple[tuple[float, str], ...]]] = {
     "flops": ("FLOP/s", ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1.0, ""))),
-    "bandwidth": ("B/s", ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))),
+    "bandwidth": ("B/s", ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))),
     "bytes": ("B", ((2.0**40, "Ti"), (2.0**30, "Gi"), (2.0**20, "Mi"), (2.0**10, "Ki"), (1.0, ""))),
     "frequency": ("Hz", ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))),
     "power": ("W", ((1e3, "k"), (1.0, ""))),
@@ -150,12 +167,24 @@ _DISPLAY: dict[Kind, tuple[str, tuple[tuple[float, str], ...]]] = {
 }
 
 
-def format_quantity(value: float, kind: Kind, digits: int = 4) -> str:
-    """Format an SI value for display, e.g. ``format_quantity(3.35e12, "bandwidth")``
-    -> ``"3.35 TB/s"``. Byte sizes use binary prefixes (display only)."""
+def format_quantity(value: float, kind: Kind, digits: int = 4, prefix: str | None = None) -> str:
+    """Format an SI value for display with ``digits`` significant digits, e.g.
+    ``format_quantity(3.35e12, "bandwidth")`` -> ``"3.35 TB/s"``.
+
+    Byte sizes use binary prefixes (``"80 GiB"``), rates decimal ones; ratios print as
+    percentages (``0.885`` -> ``"88.5 %"``). ``prefix`` forces one prefix, so a column of
+    peaks reads alike (``prefix="T"``: ``"1978.9 TFLOP/s"``, not ``"1.9789 PFLOP/s"``).
+    :func:`parse_quantity` reads every result back.
+    """
     base, scales = _DISPLAY[kind]
     if kind == "ratio":
-        return f"{value * 100:.{max(digits - 2, 1)}g} %"
+        return f"{value * 100:.{digits}g} %"
+    if prefix is not None:
+        forced = {p: s for s, p in scales}
+        if prefix not in forced:
+            raise ValueError(f"prefix {prefix!r} is not used for {kind}; use one of "
+                             f"{', '.join(repr(p) for p in forced)}")
+        return f"{value / forced[prefix]:.{digits}g} {prefix}{base}"
     magnitude = abs(value)
     for scale, prefix in scales:
         if magnitude >= scale:

@@ -19,7 +19,16 @@ from pydantic import ValidationError
 from perfmodel._errors import PerfmodelError, SpecError
 from perfmodel.hardware.spec import HardwareSpec
 
-__all__ = ["list_hardware", "load_hardware", "load_hardware_file", "resolve_id", "specs_dir"]
+__all__ = [
+    "bundled_path",
+    "format_validation_error",
+    "list_hardware",
+    "load_hardware",
+    "load_hardware_file",
+    "resolve_id",
+    "spec_from_dict",
+    "specs_dir",
+]
 
 #: Common spellings -> bundled id. Resolution prints a note to stderr (once per spelling).
 ALIASES: dict[str, str] = {
@@ -50,10 +59,21 @@ def specs_dir() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _bundled_paths() -> dict[str, Path]:
+    """Bundled id (the file's stem) -> path; two files with one stem are an error."""
     paths: dict[str, Path] = {}
     for path in sorted(specs_dir().rglob("*.yaml")):
+        if path.stem in paths:
+            raise SpecError(str(path), [
+                f"id: '{path.stem}' is bundled twice ({paths[path.stem]} and {path}); "
+                "rename or remove one"
+            ])
         paths[path.stem] = path
     return paths
+
+
+def bundled_path(spec_id: str) -> Path:
+    """Path of the bundled YAML file of ``spec_id`` (an id or alias)."""
+    return _bundled_paths()[resolve_id(spec_id)]
 
 
 def list_hardware() -> list[str]:
@@ -105,6 +125,26 @@ def _note(text: str) -> None:
         print(text, file=sys.stderr)
 
 
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping that names the same key twice (YAML would silently keep the last)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no tags that build Python objects) that rejects duplicate keys."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise _DuplicateKeyError(
+                    "while reading a mapping", node.start_mark,
+                    f"duplicate key '{key}'", key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -113,7 +153,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(str(path), [f"cannot read {path}: {exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds no Python objects
+    except _DuplicateKeyError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise SpecError(str(path), [f"{exc.problem}{where}; keep one of them"]) from None
     except yaml.constructor.ConstructorError as exc:
         raise SpecError(str(path), [
             f"unsafe or unknown YAML tag ({exc.problem}); specs are plain YAML: remove tags such "
@@ -151,9 +195,11 @@ def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
     parent = data.pop("extends", None)
     if parent is None:
         return data
-    if not isinstance(parent, str):
-        raise SpecError(str(path), ["extends: must be a bundled id or a path to a YAML file"])
-    parent_path = _locate(parent, relative_to=path.parent)
+    if not isinstance(parent, str) or not parent.strip():
+        raise SpecError(str(path), [
+            "extends: must be a bundled id (e.g. h100-sxm) or a path to a YAML file"
+        ])
+    parent_path = _locate_parent(parent, path)
     key = str(parent_path.resolve())
     if key in chain:
         cycle = " -> ".join([*chain, key])
@@ -162,15 +208,30 @@ def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
     return _deep_merge(base, data)
 
 
-def _locate(name: str, relative_to: Path | None = None) -> Path:
-    candidate = Path(name)
-    if name.endswith((".yaml", ".yml")) or candidate.is_file():
-        if not candidate.is_absolute() and relative_to is not None:
-            rel = relative_to / candidate
-            if rel.is_file():
-                return rel
+def _locate_parent(name: str, child: Path) -> Path:
+    """Path of the spec named by ``extends: name`` in the file ``child``.
+
+    A name ending in .yaml/.yml (or with a slash) is a path, relative to the folder of
+    ``child``; anything else is a bundled id or alias.
+    """
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        candidate = Path(name).expanduser()
+        if not candidate.is_absolute():
+            candidate = child.parent / candidate
+        if not candidate.is_file():
+            raise SpecError(str(child), [
+                f"extends: no file {name!r} (looked for {candidate}); paths are relative to "
+                "the folder of the file that extends"
+            ])
         return candidate
-    return _bundled_paths()[resolve_id(name)]
+    try:
+        return _bundled_paths()[resolve_id(name)]
+    except PerfmodelError as exc:
+        raise SpecError(str(child), [f"extends: {exc.problem} ({exc.fix})"]) from None
+
+
+#: pydantic error types about the type of a value: the offending input is worth showing.
+_SHOW_INPUT = ("int_", "float_", "string_", "bool_", "dict_", "list_", "literal_", "model_")
 
 
 def format_validation_error(exc: ValidationError) -> list[str]:
@@ -190,17 +251,27 @@ def format_validation_error(exc: ValidationError) -> list[str]:
             msg = "required field is missing"
         elif kind in ("greater_than", "greater_than_equal"):
             msg = f"{msg} (got {err.get('input')!r}); sizes, rates and capacities must be positive"
-        lines.append(f"{loc}: {msg}" if loc else msg)
+        elif kind.startswith(_SHOW_INPUT):
+            msg = f"{msg} (got {err.get('input')!r})"
+        for part in msg.splitlines():
+            lines.append(f"{loc}: {part}" if loc else part)
     return lines
 
 
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed at ``loc`` (a pydantic error location) for typo suggestions."""
     model: Any = HardwareSpec
-    for part in loc:
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
         fields = getattr(model, "model_fields", None)
         if fields is None or part not in fields:
             return []
         ann = fields[part].annotation
+        if getattr(ann, "__origin__", None) is dict:
+            if not parts:
+                return []
+            parts.pop(0)  # the dict key (a dtype under peaks, say)
         args = getattr(ann, "__args__", ())
         model = next((a for a in (ann, *args) if hasattr(a, "model_fields")), None)
         if model is None:
@@ -225,7 +296,13 @@ def load_hardware_file(path: str | Path) -> HardwareSpec:
 
 @functools.lru_cache(maxsize=128)
 def _load_bundled(spec_id: str) -> HardwareSpec:
-    return load_hardware_file(_bundled_paths()[spec_id])
+    path = _bundled_paths()[spec_id]
+    spec = load_hardware_file(path)
+    if spec.id != spec_id:
+        raise SpecError(str(path), [
+            f"id: '{spec.id}' differs from the file name '{spec_id}.yaml'; make them agree"
+        ])
+    return spec
 
 
 def load_hardware(id_or_path: str | Path | HardwareSpec) -> HardwareSpec:

@@ -11,11 +11,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from perfmodel._errors import UnitError
+from perfmodel._errors import PerfmodelError, UnitError
 from perfmodel._units import Kind, parse_quantity
 from perfmodel.dtypes import DTYPES, DType, bytes_per_element, normalize_dtype
 
 __all__ = [
+    "PEAK_TOLERANCE",
     "Calibration",
     "ComputeSpec",
     "DTypePeak",
@@ -25,6 +26,7 @@ __all__ = [
     "LinkSpec",
     "MemorySpec",
     "PricingSpec",
+    "quantity_kind",
 ]
 
 Vendor = Literal["nvidia", "amd", "intel", "google", "cpu"]
@@ -38,19 +40,46 @@ ExecUnit = Literal["tensor", "vector"]
 PEAK_TOLERANCE = 0.06
 
 
-def _quantity(kind: Kind) -> BeforeValidator:
-    def parse(value: object) -> float:
+class _QuantityParser:
+    """Parses one kind of quantity for pydantic; ``kind`` is kept for :func:`quantity_kind`."""
+
+    def __init__(self, kind: Kind) -> None:
+        self.kind: Kind = kind
+
+    def __call__(self, value: object) -> float:
         if isinstance(value, str) and "sparse" in value.lower():
             raise ValueError(
                 f"{value!r} is a sparse figure; peaks must be dense "
                 "(halve NVIDIA/AMD 'with sparsity' figures, or put the figure under sparse_peak)"
             )
         try:
-            return parse_quantity(value, kind, field="")
+            return parse_quantity(value, self.kind, field="")
         except UnitError as exc:
             raise ValueError(str(exc)) from None
 
-    return BeforeValidator(parse)
+
+def _quantity(kind: Kind) -> BeforeValidator:
+    return BeforeValidator(_QuantityParser(kind))
+
+
+def quantity_kind(annotation: object) -> Kind | None:
+    """The unit kind of a spec field's annotation (``"bandwidth"`` for ``memory.bandwidth``),
+    looking through ``Optional`` and containers; None for fields that are not quantities.
+
+    Pass ``Model.model_fields[name]`` (a FieldInfo) or an annotation.
+    """
+    stack: list[object] = [annotation]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BeforeValidator) and isinstance(item.func, _QuantityParser):
+            return item.func.kind
+        stack.extend(getattr(item, "metadata", None) or ())
+        stack.extend(getattr(item, "__metadata__", None) or ())
+        stack.extend(getattr(item, "__args__", None) or ())
+        field_annotation = getattr(item, "annotation", None)
+        if field_annotation is not None and not isinstance(item, type):
+            stack.append(field_annotation)
+    return None
 
 
 FlopRate = Annotated[float, _quantity("flops"), Field(gt=0)]
@@ -216,14 +245,20 @@ class HardwareSpec(_Frozen):
     def _normalize_peak_keys(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("peaks"), dict):
             peaks: dict[str, Any] = {}
+            spelled: dict[str, object] = {}
             for key, value in data["peaks"].items():
                 try:
                     dt = normalize_dtype(key, field=f"peaks.{key}")
                 except ValueError:
                     raise ValueError(
-                        f"peaks: unknown dtype {key!r}; use one of {', '.join(DTYPES)}"
+                        f"peaks.{key}: unknown dtype {key!r}; use one of {', '.join(DTYPES)}"
                     ) from None
+                if dt in peaks:
+                    raise ValueError(
+                        f"peaks.{key}: {key!r} and {spelled[dt]!r} are both {dt}; keep one"
+                    )
                 peaks[dt] = value
+                spelled[dt] = key
             data = {**data, "peaks": peaks}
         return data
 
@@ -235,25 +270,29 @@ class HardwareSpec(_Frozen):
         for dt, pk in self.peaks.items():
             if pk.flops_per_clock_per_unit is None:
                 continue
-            clock = (self.compute.tensor_clock or self.compute.boost_clock
-                     if pk.unit == "tensor" else self.compute.boost_clock)
+            clock = self.compute.boost_clock
+            if pk.unit == "tensor" and self.compute.tensor_clock is not None:
+                clock = self.compute.tensor_clock
             expected = self.compute.units * clock * pk.flops_per_clock_per_unit
             ratio = pk.peak / expected
-            if ratio > 1.5:
+            if abs(ratio - 2.0) <= 2 * PEAK_TOLERANCE:
                 problems.append(
-                    f"peaks.{dt}.peak: {pk.peak / 1e12:.1f} TFLOP/s is {ratio:.2f}x units x clock "
-                    f"x FLOPs/clock ({expected / 1e12:.1f} TFLOP/s): it looks like a sparse figure; "
-                    "give the dense figure (put the sparse one under sparse_peak)"
+                    f"peaks.{dt}.peak: {pk.peak / 1e12:.1f} TFLOP/s is {ratio:.2f}x units x "
+                    f"clock x FLOPs/clock ({expected / 1e12:.1f} TFLOP/s): it looks like a sparse "
+                    "figure; give the dense figure (put the sparse one under sparse_peak)"
                 )
             elif abs(ratio - 1.0) > PEAK_TOLERANCE:
                 problems.append(
                     f"peaks.{dt}.peak: {pk.peak / 1e12:.1f} TFLOP/s disagrees with units x clock "
-                    f"x FLOPs/clock = {expected / 1e12:.1f} TFLOP/s by {abs(ratio - 1) * 100:.0f}%; "
-                    "check the SM count, the clock the peak is quoted at, or FLOPs/clock"
+                    f"x FLOPs/clock = {expected / 1e12:.1f} TFLOP/s by "
+                    f"{abs(ratio - 1) * 100:.0f}%; check the SM count, the clock the peak is "
+                    "quoted at, or FLOPs/clock"
                 )
             if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
                 problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
-        present = {"peaks", "compute", "memory", "efficiency"}
+        present = {"peaks", "compute", "memory"}
+        if "efficiency" in self.model_fields_set:
+            present.add("efficiency")
         if self.interconnect.gpu_link or self.interconnect.host_link:
             present.add("interconnect")
         if self.tdp is not None:
@@ -267,7 +306,8 @@ class HardwareSpec(_Frozen):
                     f"'{missing[0]}: <datasheet or URL>' under sources"
                 )
         if problems:
-            raise ValueError("; ".join(problems))
+            # One problem per line; the catalogue's error formatter splits them again.
+            raise ValueError("\n".join(problems))
         return self
 
     # ----------------------------------------------------------------- derived values
@@ -277,8 +317,6 @@ class HardwareSpec(_Frozen):
 
     def peak(self, dtype: str) -> float:
         """Dense datasheet peak of ``dtype``, FLOP/s; raises if unsupported."""
-        from perfmodel._errors import PerfmodelError
-
         dt = normalize_dtype(dtype)
         if dt not in self.peaks:
             have = ", ".join(self.peaks)

@@ -1,0 +1,309 @@
+"""``perfmodel specs``: list the bundled hardware specs, show one, validate YAML files.
+
+Text output is for people (units written out, fixed columns); ``--json`` prints one JSON
+object on stdout with SI numbers (bytes, B/s, FLOP/s, FLOP/byte) for programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from perfmodel._errors import PerfmodelError, SpecError
+from perfmodel._units import format_quantity
+from perfmodel.hardware.catalog import bundled_path, list_hardware, load_hardware
+from perfmodel.hardware.spec import HardwareSpec, quantity_kind
+
+__all__ = ["register"]
+
+_SPECS_EPILOG = """examples:
+  perfmodel specs list                      every bundled GPU, one line each
+  perfmodel specs show h100-sxm             all fields of one spec, with units
+  perfmodel specs validate my_gpu.yaml      check a spec you wrote
+"""
+
+_LIST_EPILOG = """examples:
+  perfmodel specs list
+  perfmodel specs list --json               {"specs": [...]} with SI numbers
+
+Peaks are dense (no 2:4 sparsity). The ridge point is dense bf16 peak / memory bandwidth:
+kernels with fewer FLOPs per byte than that are memory-bound on the device.
+"""
+
+_SHOW_EPILOG = """examples:
+  perfmodel specs show h100-sxm
+  perfmodel specs show H100                 common spellings resolve to a bundled id
+  perfmodel specs show ./my_gpu.yaml --json
+"""
+
+_VALIDATE_EPILOG = """examples:
+  perfmodel specs validate my_gpu.yaml
+  perfmodel specs validate hardware_specs/*/*.yaml
+
+A spec of your own can start from a bundled one and override a few fields:
+  extends: h100-sxm                 # a bundled id, or a path relative to this file
+  id: h100-sxm-500w
+  name: H100 SXM capped at 500 W
+  tdp: 500 W
+  efficiency: {memory: 0.80}
+  pricing: {usd_per_hour: 1.90, assumption: "our contract, 2026"}
+  sources: {power: "our nvidia-smi -pl setting", efficiency: "our measurements"}
+Exit status: 0 when every file is valid, 2 otherwise (each problem names its field).
+"""
+
+#: Integer dtypes count operations, not floating-point operations.
+_INTEGER_DTYPES = ("int8", "int4")
+
+#: Header fields of ``specs show`` (printed on the first lines, not as a block).
+_HEADER_FIELDS = ("id", "name", "vendor", "arch", "form_factor", "launch_year")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``perfmodel specs {list,show,validate}`` to the top-level parser."""
+    specs = subparsers.add_parser(
+        "specs",
+        help="list, show and validate hardware specs",
+        description="Bundled hardware specs and your own YAML specs.",
+        epilog=_SPECS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    specs.set_defaults(func=lambda _args: _print_help(specs))
+    sub = specs.add_subparsers(dest="specs_command", metavar="SUBCOMMAND")
+
+    p_list = sub.add_parser(
+        "list", help="one line per bundled spec", description="List the bundled hardware specs.",
+        epilog=_LIST_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_list.add_argument("--json", action="store_true", help="print JSON (SI units) on stdout")
+    p_list.set_defaults(func=run_list)
+
+    p_show = sub.add_parser(
+        "show", help="every field of one spec, with units",
+        description="Show one spec: every field with units, ridge points per dtype, sources.",
+        epilog=_SHOW_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_show.add_argument("gpu", metavar="ID|FILE.yaml", help="bundled id, alias, or YAML path")
+    p_show.add_argument("--json", action="store_true", help="print JSON (SI units) on stdout")
+    p_show.set_defaults(func=run_show)
+
+    p_validate = sub.add_parser(
+        "validate", help="check YAML spec files",
+        description="Read and check YAML spec files (extends resolved, units, cross-checks).",
+        epilog=_VALIDATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p_validate.add_argument("files", metavar="FILE.yaml", nargs="+", help="spec files to check")
+    p_validate.add_argument("--json", action="store_true", help="print JSON results on stdout")
+    p_validate.set_defaults(func=run_validate)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+# --------------------------------------------------------------------------------- list
+def _peak_or_none(hw: HardwareSpec, dtype: str) -> float | None:
+    return hw.peak(dtype) if hw.supports(dtype) else None
+
+
+def list_rows(specs: Sequence[HardwareSpec]) -> list[dict[str, Any]]:
+    """One JSON-ready row (SI numbers, None when absent) per spec."""
+    rows: list[dict[str, Any]] = []
+    for hw in specs:
+        rows.append({
+            "id": hw.id,
+            "name": hw.name,
+            "vendor": hw.vendor,
+            "arch": hw.arch,
+            "memory_capacity_bytes": hw.memory.capacity,
+            "memory_bandwidth_bytes_per_s": hw.memory.bandwidth,
+            "bf16_dense_flops_per_s": _peak_or_none(hw, "bf16"),
+            "fp8_dense_flops_per_s": _peak_or_none(hw, "fp8"),
+            "bf16_ridge_flop_per_byte": hw.ridge_point("bf16") if hw.supports("bf16") else None,
+        })
+    return rows
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """``perfmodel specs list``."""
+    rows = list_rows([load_hardware(spec_id) for spec_id in list_hardware()])
+    if args.json:
+        print(json.dumps({"specs": rows}, indent=2))
+        return 0
+
+    def number(value: float | None, scale: float, fmt: str) -> str:
+        return "-" if value is None else format(value / scale, fmt)
+
+    header = ["ID", "NAME", "MEMORY", "BANDWIDTH", "BF16 TFLOP/s", "FP8 TFLOP/s",
+              "BF16 RIDGE FLOP/B"]
+    table = [[
+        row["id"], row["name"],
+        format_quantity(row["memory_capacity_bytes"], "bytes", digits=3),
+        format_quantity(row["memory_bandwidth_bytes_per_s"], "bandwidth", digits=3),
+        number(row["bf16_dense_flops_per_s"], 1e12, ".1f"),
+        number(row["fp8_dense_flops_per_s"], 1e12, ".1f"),
+        number(row["bf16_ridge_flop_per_byte"], 1.0, ".0f"),
+    ] for row in rows]
+    for line in _table(header, table, right=(4, 5, 6)):
+        print(line)
+    print("\npeaks are dense; ridge = dense peak / memory bandwidth. "
+          "'perfmodel specs show ID' for every field.")
+    return 0
+
+
+def _table(header: list[str], rows: list[list[str]], right: tuple[int, ...] = ()) -> list[str]:
+    """Columns padded to their widest cell; columns in ``right`` are right-aligned."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+# --------------------------------------------------------------------------------- show
+def _spec_file(name: str) -> str:
+    """Where the spec named on the command line lives."""
+    if name.endswith((".yaml", ".yml")) or Path(name).is_file():
+        return str(Path(name))
+    return str(bundled_path(name))
+
+
+def ridge_points(hw: HardwareSpec) -> dict[str, float]:
+    """Dense peak / memory bandwidth per supported dtype, FLOP/byte."""
+    return {dt: hw.ridge_point(dt) for dt in hw.peaks}
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """``perfmodel specs show ID|FILE.yaml``."""
+    hw = load_hardware(args.gpu)
+    path = _spec_file(args.gpu)
+    if args.json:
+        out = {
+            "file": path,
+            "spec": hw.model_dump(mode="json"),
+            "derived": {"ridge_point_flop_per_byte": ridge_points(hw)},
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    for line in show_lines(hw, path):
+        print(line)
+    return 0
+
+
+def show_lines(hw: HardwareSpec, path: str = "") -> list[str]:
+    """Human-readable lines for ``specs show``: every field with its unit."""
+    facts = [f"vendor {hw.vendor}", f"arch {hw.arch}"]
+    if hw.form_factor:
+        facts.append(f"form factor {hw.form_factor}")
+    if hw.launch_year is not None:
+        facts.append(f"launched {hw.launch_year}")
+    lines = [f"{hw.id}: {hw.name}", "  " + ", ".join(facts)]
+    if path:
+        lines.append(f"  file {path}")
+    for name in HardwareSpec.model_fields:
+        if name in _HEADER_FIELDS:
+            continue
+        value = getattr(hw, name)
+        if value is None or value == "" or value == {}:
+            continue
+        lines.append("")
+        if name == "peaks":
+            lines.extend(_peak_lines(hw))
+        elif name == "sources":
+            lines.append("sources")
+            lines.extend(f"  {key}: {text}" for key, text in hw.sources.items())
+        elif isinstance(value, BaseModel):
+            lines.append(name + ("" if name in hw.model_fields_set else "  (defaults)"))
+            lines.extend(_model_lines(value, indent=1))
+        else:
+            kind = quantity_kind(HardwareSpec.model_fields[name])
+            lines.append(f"{name:<26}{_format_value(value, kind)}")
+    return lines
+
+
+def _peak_lines(hw: HardwareSpec) -> list[str]:
+    unit_name = hw.compute.unit_name
+    header = ["dtype", "dense peak", "unit", f"FLOPs/clock/{unit_name}", "sparse peak",
+              "ridge FLOP/B"]
+    rows: list[list[str]] = []
+    for dt, pk in hw.peaks.items():
+        per_clock = pk.flops_per_clock_per_unit
+        rows.append([
+            dt, _rate(pk.peak, dt), pk.unit,
+            "-" if per_clock is None else f"{per_clock:g}",
+            _rate(pk.sparse_peak, dt), f"{hw.ridge_point(dt):.1f}",
+        ])
+    lines = ["peaks (dense; ridge point = dense peak / memory bandwidth)"]
+    lines.extend("  " + line for line in _table(header, rows, right=(5,)))
+    return lines
+
+
+def _rate(value: float | None, dtype: str) -> str:
+    """A peak for display: FLOP/s, or OP/s for integer dtypes; "-" when absent."""
+    if value is None:
+        return "-"
+    text = format_quantity(value, "flops", digits=6, prefix="T")
+    return text.replace("FLOP/s", "OP/s") if dtype in _INTEGER_DTYPES else text
+
+
+def _model_lines(model: BaseModel, indent: int) -> list[str]:
+    pad = "  " * indent
+    width = max(len(name) for name in type(model).model_fields) + 2
+    lines: list[str] = []
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if value is None or value == "" or value == {}:
+            continue
+        if isinstance(value, BaseModel):
+            lines.append(f"{pad}{name}")
+            lines.extend(_model_lines(value, indent + 1))
+            continue
+        default = "" if name in model.model_fields_set else "  (default)"
+        lines.append(f"{pad}{name:<{width}}{_format_value(value, quantity_kind(info))}{default}")
+    return lines
+
+
+def _format_value(value: object, kind: Any) -> str:
+    """A field's value for display: quantities with units, mappings as ``key value`` pairs."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_format_value(v, kind)}" for k, v in value.items())
+    if kind is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_quantity(float(value), kind, digits=5)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+# ----------------------------------------------------------------------------- validate
+def run_validate(args: argparse.Namespace) -> int:
+    """``perfmodel specs validate FILE.yaml [FILE ...]``: 0 if all valid, else 2."""
+    results: list[dict[str, Any]] = []
+    for name in args.files:
+        try:
+            hw = load_hardware(name)
+        except SpecError as exc:
+            results.append({"file": name, "ok": False, "id": None, "errors": exc.errors})
+        except PerfmodelError as exc:
+            results.append({"file": name, "ok": False, "id": None, "errors": [str(exc)]})
+        else:
+            results.append({"file": name, "ok": True, "id": hw.id, "errors": []})
+    if args.json:
+        print(json.dumps({"results": results}, indent=2))
+    for result in results:
+        if result["ok"]:
+            if not args.json:
+                print(f"ok: {result['id']}")
+            continue
+        print(f"error: {result['file']}: invalid spec:", file=sys.stderr)
+        for line in result["errors"]:
+            print(f"  - {line}", file=sys.stderr)
+    return 0 if all(r["ok"] for r in results) else 2

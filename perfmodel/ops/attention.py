@@ -1,0 +1,204 @@
+"""Scaled dot-product attention: prefill, chunked prefill and decode; causal; GQA/MQA.
+
+Notation: B batch, H_q query heads, H_kv key/value heads, S_q queries, S_kv keys,
+D head dim, D_v value dim, s / s_kv bytes per element of Q,O / K,V.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
+from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
+from perfmodel.ops.elementwise import Elementwise, Softmax
+from perfmodel.ops.gemm import Gemm
+
+__all__ = ["IMPLS", "Attention", "causal_pairs"]
+
+Impl = Literal["flash", "flash2", "flash3", "paged", "naive"]
+#: Kernel paths. ``flash`` is the fused kernel native to the architecture (FA2-class before
+#: Hopper, FA3/cuDNN-class on Hopper and later); ``paged`` is FlashAttention-2's paged-KV
+#: kernel (``flash_attn_with_kvcache``); ``naive`` is the unfused math path.
+IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "paged", "naive")
+_IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "math": "naive", "unfused": "naive",
+                 "eager": "naive", "paged-kv": "paged", "kvcache": "paged", "cudnn": "flash3"}
+
+
+def causal_pairs(seq_q: Array, seq_kv: Array) -> Array:
+    """Scored (query, key) pairs per head under a bottom-right-aligned causal mask.
+
+    Query i (0-based, of S_q) sees keys j ≤ i + (S_kv − S_q). For S_kv ≥ S_q this is
+    S_q·(S_kv − S_q) + S_q·(S_q + 1)/2; for S_kv < S_q the first S_q − S_kv queries see
+    nothing and the rest form a triangle: S_kv·(S_kv + 1)/2.
+    """
+    off = seq_kv - seq_q
+    full = seq_q * off + seq_q * (seq_q + 1.0) / 2.0
+    return np.asarray(np.where(off >= 0, full, seq_kv * (seq_kv + 1.0) / 2.0), dtype=np.float64)
+
+
+@dataclass(frozen=True, init=False)
+class Attention:
+    """softmax(Q·Kᵀ/√D + mask)·V for every (batch, query head).
+
+    FLOPs = 2·B·H_q·pairs·(D + D_v) (QKᵀ and PV), plus B·H_q·pairs exponentials. pairs is
+    S_q·S_kv, or :func:`causal_pairs` when ``causal``. The unfused ``naive`` path computes
+    the full S_q×S_kv rectangle whatever the mask.
+    """
+
+    batch: Array
+    heads: Array
+    kv_heads: Array
+    seq_q: Array
+    seq_kv: Array
+    head_dim: Array
+    value_dim: Array
+    causal: bool
+    dtype: DType
+    kv_dtype: DType
+    impl: str
+    num_splits: int | Literal["auto"]
+
+    def __init__(self, batch: Any = 1, heads: Any = 32, kv_heads: Any = None, seq_q: Any = 2048,
+                 seq_kv: Any = None, head_dim: Any = 128, value_dim: Any = None,
+                 causal: bool = False, dtype: str = "bf16", kv_dtype: str | None = None,
+                 impl: str = "flash", num_splits: int | str = "auto") -> None:
+        set_ = object.__setattr__
+        set_(self, "batch", as_size(batch, "batch"))
+        set_(self, "heads", as_size(heads, "heads"))
+        set_(self, "kv_heads", as_size(heads if kv_heads is None else kv_heads, "kv_heads"))
+        set_(self, "seq_q", as_size(seq_q, "seq_q"))
+        set_(self, "seq_kv", as_size(seq_q if seq_kv is None else seq_kv, "seq_kv"))
+        set_(self, "head_dim", as_size(head_dim, "head_dim"))
+        set_(self, "value_dim", as_size(head_dim if value_dim is None else value_dim,
+                                        "value_dim"))
+        if np.any(np.mod(self.heads, self.kv_heads) != 0):
+            raise PerfmodelError("kv_heads", "heads must be a multiple of kv_heads (GQA groups)",
+                                 "pick kv_heads dividing heads, e.g. heads=32, kv_heads=8")
+        set_(self, "causal", bool(causal))
+        set_(self, "dtype", normalize_dtype(dtype, "dtype"))
+        set_(self, "kv_dtype", normalize_dtype(kv_dtype or dtype, "kv_dtype"))
+        key = str(impl).strip().lower()
+        key = _IMPL_ALIASES.get(key, key)
+        if key not in IMPLS:
+            raise PerfmodelError("impl", f"unknown attention kernel path {impl!r}",
+                                 f"use one of {', '.join(IMPLS)}")
+        set_(self, "impl", key)
+        if num_splits != "auto":
+            if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) \
+                    or int(num_splits) < 1:
+                raise PerfmodelError("num_splits", f"must be 'auto' or an integer ≥ 1, got "
+                                     f"{num_splits!r}", "e.g. num_splits=1 (no split-KV)")
+            num_splits = int(num_splits)
+        set_(self, "num_splits", num_splits)
+        broadcast_fields(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads,
+                         seq_q=self.seq_q, seq_kv=self.seq_kv, head_dim=self.head_dim,
+                         value_dim=self.value_dim)
+
+    @property
+    def name(self) -> str:
+        return "attention"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return broadcast_fields(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads,
+                                seq_q=self.seq_q, seq_kv=self.seq_kv, head_dim=self.head_dim,
+                                value_dim=self.value_dim)
+
+    # ------------------------------------------------------------------ counts
+    def pairs(self) -> Array:
+        """Scored pairs per (batch, query head)."""
+        if self.causal:
+            return causal_pairs(self.seq_q, self.seq_kv)
+        return np.asarray(self.seq_q * self.seq_kv, dtype=np.float64)
+
+    def flops(self) -> Array:
+        """2·B·H_q·pairs·(D + D_v), FLOPs (the useful work; exact causal pairs)."""
+        return 2.0 * self.batch * self.heads * self.pairs() * (self.head_dim + self.value_dim)
+
+    def exps(self) -> Array:
+        """B·H_q·pairs exponentials (softmax), on the special-function unit."""
+        return self.batch * self.heads * self.pairs()
+
+    def q_bytes(self) -> Array:
+        return self.batch * self.heads * self.seq_q * self.head_dim * bytes_per_element(self.dtype)
+
+    def o_bytes(self) -> Array:
+        return (self.batch * self.heads * self.seq_q * self.value_dim
+                * bytes_per_element(self.dtype))
+
+    def kv_bytes(self) -> Array:
+        """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes (the KV cache in decode)."""
+        return (self.batch * self.kv_heads * self.seq_kv * (self.head_dim + self.value_dim)
+                * bytes_per_element(self.kv_dtype))
+
+    def bytes_min(self) -> Array:
+        """Q and K/V read once, O written once, bytes (every key is visible to the last
+        query under a bottom-right mask, so causal does not lower the minimum)."""
+        return self.q_bytes() + self.kv_bytes() + self.o_bytes()
+
+    def computed_pairs(self, q_tile: float | Array, k_tile: float | Array) -> Array:
+        """Pairs a tiled fused kernel actually computes per head: with a causal mask the
+        diagonal blocks are computed whole, adding about ⌈S_q/q_tile⌉·q_tile·k_tile/2
+        (bounded by the full rectangle)."""
+        if not self.causal:
+            return self.pairs()
+        q_tiles = np.ceil(self.seq_q / q_tile)
+        waste = q_tiles * np.minimum(q_tile, self.seq_q) * np.minimum(k_tile, self.seq_kv) / 2.0
+        return np.minimum(self.pairs() + waste, self.seq_q * self.seq_kv)
+
+    def flash_bytes(self, q_tile: float | Array, heads_in_flight: float | Array,
+                    cache_bytes: float) -> Array:
+        """Device-memory traffic of a fused (flash) kernel, bytes.
+
+        Q read once and O written once. Each query tile streams the K/V rows it may see;
+        tiles of the same KV head running together share them through L2. If the K/V of the
+        ``heads_in_flight`` heads resident at once fit in ``cache_bytes``, K/V come from
+        HBM once; otherwise the missing fraction is re-read by each of the ⌈S_q/q_tile⌉
+        query tiles (causal: on average half of the visible keys).
+        The S_q×S_kv score matrix never reaches HBM.
+        """
+        kv = self.kv_bytes()
+        q_tiles = np.ceil(self.seq_q / q_tile)
+        per_head = kv / (self.batch * self.kv_heads)
+        working = per_head * np.maximum(heads_in_flight, 1.0)
+        miss = np.clip((working - cache_bytes) / working, 0.0, 1.0)
+        visible = self.pairs() / (self.seq_q * self.seq_kv)
+        rereads = 1.0 + miss * (q_tiles - 1.0) * visible
+        return np.asarray(self.q_bytes() + self.o_bytes() + kv * rereads, dtype=np.float64)
+
+    def cost(self) -> Cost:
+        """Hardware-free cost of the fused path with minimum traffic (see ``naive_stages``
+        for the unfused path)."""
+        if self.impl == "naive":
+            total = Cost()
+            for _, op in self.naive_stages():
+                total = total + op.cost()
+            total = Cost(tensor_flops=total.tensor_flops, vector_flops=total.vector_flops,
+                         sfu_ops=total.sfu_ops, bytes_min=self.bytes_min(),
+                         bytes_hbm=total.bytes_hbm, launches=total.launches,
+                         work_units=total.work_units)
+            return total
+        bmin = self.bytes_min()
+        pairs = self.batch * self.heads * self.pairs()
+        return Cost(
+            tensor_flops=self.flops(), vector_flops=4.0 * pairs, sfu_ops=self.exps(),
+            bytes_min=bmin, bytes_hbm=bmin, launches=np.ones(()),
+            work_units=self.batch * self.heads * np.ceil(self.seq_q / 128.0),
+        )
+
+    def naive_stages(self) -> list[tuple[str, Gemm | Elementwise | Softmax]]:
+        """The unfused path as its kernels: S = Q·Kᵀ (written to HBM), scale and mask
+        (read and write S), softmax (read S, write P), O = P·V (read P). Every stage works on
+        the full B·H_q·S_q·S_kv score matrix whatever the mask."""
+        bh = self.batch * self.heads
+        scores = bh * self.seq_q * self.seq_kv
+        qk = Gemm(m=self.seq_q, n=self.seq_kv, k=self.head_dim, batch=bh, dtype=self.dtype)
+        mask = Elementwise(scores, reads=1, writes=1, flops_per_element=2 if self.causal else 1,
+                           dtype=self.dtype, kind="scale_mask")
+        soft = Softmax(rows=bh * self.seq_q, cols=self.seq_kv, dtype=self.dtype)
+        pv = Gemm(m=self.seq_q, n=self.value_dim, k=self.seq_kv, batch=bh, dtype=self.dtype)
+        return [("qk", qk), ("scale_mask", mask), ("softmax", soft), ("pv", pv)]

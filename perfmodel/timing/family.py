@@ -1,0 +1,113 @@
+"""Per-architecture-family constants of the timing model.
+
+These are few and physical: GEMM tile menus with the relative efficiency of each tile
+shape, special-function throughput, memory latency, how much bandwidth one CTA can pull,
+and the attention kernel path native to the family. Device-specific figures (peaks,
+bandwidth, achievable fractions, fixed overhead) live in the YAML specs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FAMILIES", "FamilyParams", "family_params"]
+
+Tile = tuple[float, float, float]  # (tile_m, tile_n, efficiency relative to the best tile)
+
+
+@dataclass(frozen=True)
+class FamilyParams:
+    """Constants shared by every device of one architecture family.
+
+    Attributes
+    ----------
+    tensor_tiles, vector_tiles:
+        GEMM output-tile menus (t_m, t_n, relative efficiency) for tensor-core and
+        vector (SIMT/FP32) kernels; the library is modelled as picking the fastest.
+    tiles_per_unit:
+        Resident output tiles per SM/CU (occupancy of a GEMM kernel).
+    split_k:
+        Split-K factors the library may use when tiles are too few to fill the device.
+    sfu_per_clock:
+        Special-function (exp) results per clock per SM/CU.
+    memory_latency_s:
+        Loaded device-memory latency; a transfer costs latency + bytes / bandwidth.
+    cta_bandwidth:
+        Bandwidth one CTA can pull, as a multiple of the fair share BW/units: with few CTAs
+        the achievable bandwidth is min(1, CTAs·cta_bandwidth/units) of the full figure.
+    flash_impl:
+        What ``impl="flash"`` means on this family (``flash2`` or ``flash3``).
+    flash_efficiency:
+        Tensor efficiency of the fused attention kernel relative to the GEMM fraction.
+    softmax_overlap:
+        0 = softmax (exp + vector ops) serialised with the matrix work (FA2-class);
+        1 = fully overlapped (FA3-class ping-pong scheduling).
+    softmax_vector_ops:
+        Vector operations per scored pair in the fused kernel's online softmax.
+    paged_prefill_efficiency:
+        Rate of the paged-KV kernel in prefill relative to the dense fused kernel
+        (it computes the whole S_q×S_kv rectangle; see ``timing.attention``).
+    fill_waves:
+        Non-overlapped tile fill/drain (first load, last store) paid per this many waves.
+    """
+
+    tensor_tiles: tuple[Tile, ...]
+    vector_tiles: tuple[Tile, ...]
+    tiles_per_unit: float = 1.0
+    split_k: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    sfu_per_clock: float = 16.0
+    memory_latency_s: float = 0.6e-6
+    cta_bandwidth: float = 1.5
+    flash_impl: str = "flash2"
+    flash_efficiency: float = 0.85
+    softmax_overlap: float = 0.0
+    softmax_vector_ops: float = 5.0
+    paged_prefill_efficiency: float = 0.6
+    fill_waves: float = 1.0
+
+
+# Tile menus: large tiles reach the full achievable rate, smaller ones lose operand reuse.
+_AMPERE_TILES: tuple[Tile, ...] = (
+    (256.0, 128.0, 1.0), (128.0, 256.0, 1.0), (128.0, 128.0, 0.95),
+    (128.0, 64.0, 0.85), (64.0, 128.0, 0.85), (64.0, 64.0, 0.65),
+)
+_HOPPER_TILES: tuple[Tile, ...] = (
+    (128.0, 256.0, 1.0), (256.0, 128.0, 1.0), (128.0, 128.0, 0.92),
+    (128.0, 64.0, 0.8), (64.0, 128.0, 0.8), (64.0, 64.0, 0.55),
+)
+_SIMT_TILES: tuple[Tile, ...] = (
+    (128.0, 128.0, 1.0), (128.0, 64.0, 0.95), (64.0, 64.0, 0.85), (32.0, 32.0, 0.5),
+)
+_CDNA_TILES: tuple[Tile, ...] = (
+    (256.0, 256.0, 1.0), (256.0, 128.0, 0.97), (128.0, 128.0, 0.9),
+    (128.0, 64.0, 0.75), (64.0, 64.0, 0.55),
+)
+
+FAMILIES: dict[str, FamilyParams] = {
+    "pascal": FamilyParams(tensor_tiles=_SIMT_TILES, vector_tiles=_SIMT_TILES,
+                           memory_latency_s=0.7e-6),
+    "volta": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
+    "turing": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
+    "ampere": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
+    "ada": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
+    "hopper": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
+                           flash_impl="flash3", flash_efficiency=0.85, softmax_overlap=0.8),
+    "blackwell": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
+                              flash_impl="flash3", flash_efficiency=0.85, softmax_overlap=0.8),
+    "blackwell-consumer": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
+    "cdna1": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
+                          memory_latency_s=0.8e-6),
+    "cdna2": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
+                          memory_latency_s=0.8e-6),
+    "cdna3": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
+                          memory_latency_s=0.8e-6),
+    "cdna4": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
+                          memory_latency_s=0.8e-6),
+    "cpu": FamilyParams(tensor_tiles=((64.0, 64.0, 1.0),), vector_tiles=((64.0, 64.0, 1.0),),
+                        split_k=(1.0,), memory_latency_s=0.1e-6, cta_bandwidth=1.0),
+}
+
+
+def family_params(arch: str) -> FamilyParams:
+    """Constants of the family ``arch`` (a :class:`HardwareSpec` ``arch`` value)."""
+    return FAMILIES[arch]

@@ -1,0 +1,96 @@
+"""Effective model parameters for one (device, op family, dtype): spec defaults, then any
+calibrated values from the spec's ``calibration`` block.
+
+Calibration parameter names (all optional, per key ``"<family>/<dtype>"`` or ``"<family>"``):
+
+- ``compute_fraction``: achievable fraction of dense peak (replaces the spec default);
+- ``memory_fraction``: achievable fraction of peak bandwidth;
+- ``overhead_s``: fixed cost per kernel, s;
+- ``overlap_p``: p of the smooth maximum (t_c^p + t_m^p)^(1/p); absent = hard max;
+- ``attention_efficiency``: fused-attention tensor efficiency relative to compute_fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfmodel.dtypes import DType
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.timing.family import FamilyParams, family_params
+
+__all__ = ["Knobs", "knobs_for"]
+
+OpFamily = str  # "gemm", "attention", "stream", "comm"
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Numbers the timing formulas use for one device, op family and dtype."""
+
+    peak: float
+    """Dense datasheet peak of the dtype, FLOP/s."""
+    rate: float
+    """Achievable matrix rate = peak × clock ratio × compute fraction, FLOP/s."""
+    unit: str
+    """Execution unit of the dtype (tensor or vector)."""
+    bandwidth: float
+    """Datasheet memory bandwidth, B/s."""
+    achievable_bandwidth: float
+    """Bandwidth × memory fraction, B/s."""
+    overhead_s: float
+    vector_op_rate: float
+    """Vector (non-FMA) operations per second: fp32 peak / 2."""
+    sfu_rate: float
+    """Special-function results per second."""
+    units: int
+    l2_bytes: float
+    smem_per_unit: float
+    overlap_p: float
+    attention_efficiency: float
+    family: FamilyParams
+
+
+def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
+    quoted = hw.compute.tensor_clock or hw.compute.boost_clock
+    if unit != "tensor":
+        quoted = hw.compute.boost_clock
+    sustained = hw.compute.sustained_clock
+    return min(1.0, sustained / quoted) if sustained else 1.0
+
+
+def knobs_for(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
+    """Resolve the effective parameters; raises if ``dtype`` is unsupported on ``hw``."""
+    fam = family_params(hw.arch)
+    peak = hw.peak(dtype)
+    spec_peak = hw.peaks[dtype]
+    unit = spec_peak.unit
+    fraction = hw.efficiency.compute_fraction(dtype, unit)
+    mem_fraction = hw.efficiency.memory
+    overhead = hw.efficiency.kernel_overhead
+    overlap_p = math.inf
+    attn_eff = fam.flash_efficiency
+    cal = hw.calibration
+    if cal is not None:
+        for key in (op_family, f"{op_family}/{dtype}"):
+            params = cal.params.get(key, {})
+            fraction = params.get("compute_fraction", fraction)
+            mem_fraction = params.get("memory_fraction", mem_fraction)
+            overhead = params.get("overhead_s", overhead)
+            overlap_p = params.get("overlap_p", overlap_p)
+            attn_eff = params.get("attention_efficiency", attn_eff)
+    clock = _clock_ratio(hw, unit)
+    if "fp32" in hw.peaks and hw.peaks["fp32"].unit == "vector":
+        vec_peak = hw.peaks["fp32"].peak
+    else:
+        vec_peak = hw.compute.units * hw.compute.boost_clock * 128.0
+    sfu = hw.compute.special_function_rate or (
+        hw.compute.units * hw.compute.boost_clock * fam.sfu_per_clock)
+    return Knobs(
+        peak=peak, rate=peak * clock * fraction, unit=unit, bandwidth=hw.memory.bandwidth,
+        achievable_bandwidth=hw.memory.bandwidth * mem_fraction, overhead_s=overhead,
+        vector_op_rate=vec_peak * _clock_ratio(hw, "vector") * 0.5,
+        sfu_rate=sfu * _clock_ratio(hw, "vector"), units=hw.compute.units,
+        l2_bytes=hw.memory.l2 or 0.0, smem_per_unit=hw.memory.smem_per_unit or 64 * 1024.0,
+        overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam,
+    )
