@@ -1,0 +1,191 @@
+"""Measurement CSVs in the shared schema: read, check, and turn rows into ops.
+
+Schema (columns; order free, extra columns kept in ``extra``)::
+
+    spec, source, gpu, op, impl, dtype, batch, m, n, k, heads, kv_heads, seq_q, seq_kv,
+    head_dim, causal, phase, direction, measured_us, measured_tflops, timing, notes
+
+Only ``op``, ``dtype``, ``measured_us`` and the op's shape columns are required
+(GEMM: m, n, k [batch]; attention: batch, heads, seq_q, seq_kv, head_dim [kv_heads,
+causal]); ``spec`` may be replaced by an explicit device. A row that cannot be used is
+never dropped silently: it is returned as skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfmodel._errors import PerfmodelError
+
+__all__ = ["COLUMNS", "Measurement", "MeasurementSet", "read_measurements", "write_measurements"]
+
+COLUMNS: tuple[str, ...] = (
+    "spec", "source", "gpu", "op", "impl", "dtype", "batch", "m", "n", "k", "heads",
+    "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "phase", "direction", "measured_us",
+    "measured_tflops", "timing", "notes",
+)
+_REQUIRED = ("op", "dtype", "measured_us")
+_SHAPE = {"gemm": ("m", "n", "k"), "attention": ("heads", "seq_q", "seq_kv", "head_dim")}
+_INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured kernel (or op) time. Sizes are ints or None; time in seconds."""
+
+    row: int
+    op: str
+    dtype: str
+    measured_s: float
+    spec: str = ""
+    source: str = ""
+    gpu: str = ""
+    impl: str = ""
+    timing: str = ""
+    phase: str = ""
+    causal: bool = False
+    batch: int | None = None
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    seq_q: int | None = None
+    seq_kv: int | None = None
+    head_dim: int | None = None
+    notes: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MeasurementSet:
+    """Rows read from one or more CSVs, plus the rows that could not be read and why."""
+
+    rows: tuple[Measurement, ...]
+    skipped: tuple[tuple[int, str], ...] = ()
+    path: str = ""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _int(value: str, name: str, row: int) -> int | None:
+    text = value.strip()
+    if text == "":
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(f"column {name}: {value!r} is not a number") from None
+    if not math.isfinite(number) or number != round(number):
+        raise ValueError(f"column {name}: {value!r} is not a whole number")
+    if number < 1:
+        raise ValueError(f"column {name}: {value!r} must be ≥ 1")
+    return int(number)
+
+
+def _bool(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes", "y", "t")
+
+
+def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
+    """Turn one CSV row into a :class:`Measurement`; raises ValueError naming the column."""
+    op = (raw.get("op") or "").strip().lower()
+    if op not in _SHAPE:
+        raise ValueError(f"column op: unknown op {raw.get('op')!r} (this reader knows "
+                         f"{', '.join(_SHAPE)})")
+    text = (raw.get("measured_us") or "").strip()
+    try:
+        us = float(text)
+    except ValueError:
+        raise ValueError(f"column measured_us: {text!r} is not a number") from None
+    if not math.isfinite(us) or us <= 0:
+        raise ValueError(f"column measured_us: {text!r} must be a positive time in µs")
+    sizes = {name: _int(raw.get(name) or "", name, row) for name in _INT_FIELDS}
+    for name in _SHAPE[op]:
+        if sizes[name] is None:
+            raise ValueError(f"column {name}: required for {op} rows but empty")
+    dtype = (raw.get("dtype") or "").strip()
+    if not dtype:
+        raise ValueError("column dtype: empty")
+    extra = {k: v for k, v in raw.items() if k not in COLUMNS and k is not None}
+    return Measurement(
+        row=row, op=op, dtype=dtype, measured_s=us * 1e-6,
+        spec=(raw.get("spec") or "").strip(), source=(raw.get("source") or "").strip(),
+        gpu=(raw.get("gpu") or "").strip(), impl=(raw.get("impl") or "").strip(),
+        timing=(raw.get("timing") or "").strip(), phase=(raw.get("phase") or "").strip(),
+        causal=_bool(raw.get("causal") or ""), notes=(raw.get("notes") or "").strip(),
+        extra=extra, **sizes,
+    )
+
+
+def read_measurements(path: str | Path | Iterable[str], *, strict: bool = False) -> MeasurementSet:
+    """Read a measurement CSV (a path, or lines of text).
+
+    Raises :class:`PerfmodelError` if the file is missing, empty, not CSV, or lacks a
+    required column. Individual bad rows are skipped with a reason, or raise with
+    ``strict=True``.
+    """
+    name = str(path) if isinstance(path, (str, Path)) else "<lines>"
+    if isinstance(path, (str, Path)):
+        p = Path(path)
+        if not p.is_file():
+            raise PerfmodelError(name, "file not found", "pass the path of a measurement CSV")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PerfmodelError(name, f"cannot read: {exc}", "pass a UTF-8 CSV file") from None
+    else:
+        text = "".join(line if line.endswith("\n") else line + "\n" for line in path)
+    if not text.strip():
+        raise PerfmodelError(name, "the file is empty",
+                             f"a measurement CSV needs a header with {', '.join(_REQUIRED)}")
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in _REQUIRED if c not in header]
+    if missing:
+        raise PerfmodelError(
+            name, f"not a measurement CSV: missing column(s) {', '.join(missing)}",
+            f"the header must include {', '.join(_REQUIRED)} and the op's shape columns "
+            "(see the schema in the README)",
+        )
+    reader.fieldnames = header
+    rows: list[Measurement] = []
+    skipped: list[tuple[int, str]] = []
+    for i, raw in enumerate(reader, start=2):
+        if None in raw:  # more fields than the header: a truncated or corrupt line
+            reason = "more fields than the header (corrupt line)"
+        elif any(v is None for v in raw.values()):
+            reason = "fewer fields than the header (truncated line)"
+        else:
+            try:
+                rows.append(parse_row(raw, i))
+                continue
+            except ValueError as exc:
+                reason = str(exc)
+        if strict:
+            raise PerfmodelError(f"{name}:{i}", reason, "fix or remove the line")
+        skipped.append((i, reason))
+    if not rows:
+        first = f" (line {skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+        raise PerfmodelError(name, f"no usable rows{first}", "check the file's contents")
+    return MeasurementSet(rows=tuple(rows), skipped=tuple(skipped), path=name)
+
+
+def write_measurements(path: str | Path, rows: Iterable[Mapping[str, object]],
+                       append: bool = True) -> None:
+    """Write rows (mappings keyed by :data:`COLUMNS`) to ``path``; adds the header when the
+    file is new. Values are written with ``str``; None becomes an empty field."""
+    p = Path(path)
+    new = not p.exists() or p.stat().st_size == 0 or not append
+    with p.open("a" if append else "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS), extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in COLUMNS})
