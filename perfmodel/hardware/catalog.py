@@ -108,7 +108,8 @@ def resolve_id(name: str) -> str:
         return prefix[0]
     if len(prefix) > 1:
         raise PerfmodelError("gpu", f"'{name}' is ambiguous", f"use one of {', '.join(prefix)}")
-    close = difflib.get_close_matches(key, list(ids) + list(ALIASES), n=4, cutoff=0.5)
+    names = list(ids) + [alias for alias, target in ALIASES.items() if target in ids]
+    close = difflib.get_close_matches(key, names, n=4, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise PerfmodelError(
         "gpu", f"unknown hardware '{name}'",
