@@ -85,3 +85,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from perfmodel.hardware.catalog import list_hardware as list_hardware
     from perfmodel.hardware.catalog import load_hardware as load_hardware
     from perfmodel.hardware.spec import HardwareSpec as HardwareSpec
+    from perfmodel.measurements import read_measurements as read_measurements
+    from perfmodel.ops.attention import Attention as Attention
+    from perfmodel.ops.comm import AllReduce as AllReduce
+    from perfmodel.ops.cost import Cost as Cost
+    from perfmodel.ops.elementwise import Activation as Activation
+    from perfmodel.ops.elementwise import Elementwise as Elementwise
+    from perfmodel.ops.elementwise import Embedding as Embedding
+    from perfmodel.ops.elementwise import Norm as Norm
+    from perfmodel.ops.elementwise import Rotary as Rotary
+    from perfmodel.ops.elementwise import Softmax as Softmax
+    from perfmodel.ops.gemm import Gemm as Gemm
+    from perfmodel.timing import Prediction as Prediction
+    from perfmodel.timing import predict as predict
+    from perfmodel.validation import validate as validate
