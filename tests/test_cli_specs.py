@@ -1,0 +1,158 @@
+"""``perfmodel specs list|show|validate``, run in-process through ``main``; one subprocess
+test runs the installed console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfmodel.cli.main import main
+
+# H100 SXM datasheet figures, in SI: 989.4 TFLOP/s dense bf16, 3.35 TB/s, 80 GiB.
+H100_BF16 = 989.4e12
+H100_BW = 3.35e12
+H100_CAPACITY = 80 * 2**30  # 85_899_345_920 bytes
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["specs", "list", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) == {"specs"}
+    rows = {row["id"]: row for row in data["specs"]}
+    h100 = rows["h100-sxm"]
+    assert h100["memory_bandwidth_bytes_per_s"] == H100_BW
+    assert h100["memory_capacity_bytes"] == H100_CAPACITY
+    assert h100["bf16_dense_flops_per_s"] == H100_BF16
+    assert h100["fp8_dense_flops_per_s"] == 1978.9e12  # the datasheet rounds, so not 2 x 989.4
+    assert h100["bf16_ridge_flop_per_byte"] == pytest.approx(295.343, rel=1e-5)  # 989.4 / 3.35
+    assert list(rows) == sorted(rows)
+
+
+def test_list_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["specs", "list"], capsys)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split()[:4] == ["ID", "NAME", "MEMORY", "BANDWIDTH"]
+    h100 = next(r for r in rows if r.startswith("h100-sxm "))
+    for cell in ("80 GiB", "3.35 TB/s", "989.4", "1978.9", "295"):
+        assert cell in h100
+
+
+def test_show_text(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["specs", "show", "h100-sxm"], capsys)
+    assert code == 0
+    assert err == ""
+    for text in ("989.4 TFLOP/s", "3.35 TB/s", "80 GiB", "50 MiB", "1.83 GHz", "700 W",
+                 "1978.9 TOP/s", "88 %", "3 µs", "sources", "NVIDIA H100 datasheet"):
+        assert text in out
+    bf16 = next(line for line in out.splitlines() if line.strip().startswith("bf16 "))
+    assert bf16.split()[-1] == "295.3"  # ridge point, 989.4e12 / 3.35e12 FLOP/byte
+
+
+def test_show_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["specs", "show", "h100-sxm", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["spec"]["memory"]["bandwidth"] == H100_BW
+    assert data["spec"]["peaks"]["bf16"]["peak"] == H100_BF16
+    ridge = data["derived"]["ridge_point_flop_per_byte"]
+    assert ridge["bf16"] == pytest.approx(H100_BF16 / H100_BW)
+    assert ridge["fp8"] == pytest.approx(1978.9e12 / H100_BW)  # 590.72 FLOP/byte
+    assert data["file"].endswith("h100-sxm.yaml")
+
+
+def test_show_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("extends: h100-sxm\nid: mine\nname: Mine\nmemory: {bandwidth: 2 TB/s}\n")
+    code, out, _ = run(["specs", "show", str(mine)], capsys)
+    assert code == 0
+    assert out.startswith("mine: Mine")
+    assert "2 TB/s" in out
+    assert str(mine) in out
+
+
+def test_show_alias_notes_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["specs", "show", "H100", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["spec"]["id"] == "h100-sxm"  # stdout stays pure JSON
+
+
+@pytest.mark.parametrize("name", ["nonexistent-gpu", "h100-sxn", "missing.yaml"])
+def test_unknown_gpu_exits_2_without_traceback(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["specs", "show", name], capsys)
+    assert code == 2
+    assert out == ""
+    assert "Traceback" not in err
+    assert err.startswith("error: ")
+    assert name in err
+
+
+def test_unknown_gpu_message_is_one_line_with_a_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, err = run(["specs", "show", "h100-sxn"], capsys)
+    assert err.count("\n") == 1
+    assert "did you mean h100-sxm" in err
+    assert "(fix: " in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["specs", "--help"], ["specs", "list", "--help"], ["specs", "show", "--help"],
+     ["specs", "validate", "--help"]],
+)
+def test_help_exits_0_with_examples(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert "usage: perfmodel" in out
+    assert "examples:" in out
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["specs", "validate"], capsys)
+    assert code == 2
+    assert "FILE.yaml" in err
+    assert "--help" in err
+    code, _, err = run(["specs", "frobnicate"], capsys)
+    assert code == 2
+    assert "frobnicate" in err
+    code, _, err = run(["specs"], capsys)  # no subcommand: help on stderr
+    assert code == 2
+    assert "validate" in err
+
+
+def test_validate_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: h100-sxm\nmemory: {bandwith: 1 TB/s}\n")
+    code, out, _ = run(["specs", "validate", "--json", str(bad)], capsys)
+    assert code == 2
+    (result,) = json.loads(out)["results"]
+    assert result["ok"] is False
+    assert any("did you mean 'bandwidth'" in line for line in result["errors"])
+
+
+def test_installed_console_script(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("perfmodel")
+    exe = str(script) if script.exists() else shutil.which("perfmodel")
+    assert exe, "the perfmodel console script is not installed"
+    ok = subprocess.run([exe, "specs", "show", "h100-sxm"], capture_output=True, text=True,
+                        timeout=120, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "3.35 TB/s" in ok.stdout
+    bad = subprocess.run([exe, "specs", "show", "no-such-gpu"], capture_output=True, text=True,
+                         timeout=120, check=False, cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert "unknown hardware 'no-such-gpu'" in bad.stderr
