@@ -18,10 +18,11 @@ fi
 py=.venv/bin/python
 
 step "installing"
+# -qq: errors only (the machine-wide pip config makes warning-level noise about index paths).
 # torch first, pinned: this version resolves to a CPU build on local disk, while a bare
 # `torch` requirement (the calibrate extra) could pull a multi-GB CUDA build from the index.
-"$py" -m pip install --quiet --disable-pip-version-check torch==2.13.0
-"$py" -m pip install --quiet --disable-pip-version-check -e '.[dev,calibrate,plot]'
+"$py" -m pip install -qq --disable-pip-version-check torch==2.13.0
+"$py" -m pip install -qq --disable-pip-version-check -e '.[dev,calibrate,plot]'
 
 step "ruff"
 "$py" -m ruff check .

@@ -120,6 +120,12 @@ def test_help_exits_0_with_examples(argv: list[str], capsys: pytest.CaptureFixtu
     assert "examples:" in out
 
 
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0
+    assert out.startswith("perfmodel ")
+
+
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["specs", "validate"], capsys)
     assert code == 2

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import yaml
 
 from perfmodel._errors import SpecError
 from perfmodel.cli.main import main
+from perfmodel.hardware import catalog
 from perfmodel.hardware.catalog import load_hardware
 
 # A small spec that validates: 132 SMs x 1.83 GHz x 4096 FLOPs/clock = 989.4e12 FLOP/s dense bf16.
@@ -278,3 +279,30 @@ def test_extends_chain_of_three(tmp_path: Path) -> None:
     _write(tmp_path, "two.yaml", "extends: one.yaml\nid: two\n")
     hw = load_hardware(_write(tmp_path, "three.yaml", "extends: two.yaml\nid: three\n"))
     assert (hw.id, hw.tdp) == ("three", 600.0)
+
+
+# ------------------------------------------------------------------ bundled catalogue rules
+@pytest.fixture
+def fake_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point the catalogue at an empty folder for one test, with its caches cleared."""
+    monkeypatch.setattr(catalog, "specs_dir", lambda: tmp_path)
+    catalog._bundled_paths.cache_clear()
+    catalog._load_bundled.cache_clear()
+    yield tmp_path
+    catalog._bundled_paths.cache_clear()
+    catalog._load_bundled.cache_clear()
+
+
+def test_bundled_id_must_match_file_name(fake_catalogue: Path) -> None:
+    (fake_catalogue / "nvidia").mkdir()
+    _write(fake_catalogue / "nvidia", "other-name.yaml", _spec())  # id: test-gpu
+    with pytest.raises(SpecError, match=r"differs from the file name 'other-name\.yaml'"):
+        load_hardware("other-name")
+
+
+def test_bundled_id_twice_is_an_error(fake_catalogue: Path) -> None:
+    for vendor in ("nvidia", "amd"):
+        (fake_catalogue / vendor).mkdir()
+        _write(fake_catalogue / vendor, "test-gpu.yaml", _spec())
+    with pytest.raises(SpecError, match="bundled twice"):
+        catalog.list_hardware()
