@@ -6,6 +6,7 @@ Units: FLOPs (2 per multiply-add), operations for special functions, bytes, coun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,6 +94,16 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
     Raises :class:`PerfmodelError` naming ``name`` if any element is NaN, infinite, below
     ``minimum`` (sizes must be ≥ 1) or, with ``integer``, not a whole number.
     """
+    if type(value) is int or type(value) is float:  # fast path for plain scalars
+        v = float(value)
+        if not math.isfinite(v):
+            raise PerfmodelError(name, "is NaN or infinite", "pass a finite value")
+        if v < minimum:
+            raise PerfmodelError(name, f"must be ≥ {minimum:g}, got {v:g}",
+                                 "sizes are positive counts")
+        if integer and v != round(v):
+            raise PerfmodelError(name, f"must be a whole number, got {v:g}", "pass integers")
+        return np.asarray(v)
     if isinstance(value, (str, bytes)) or value is None:
         raise PerfmodelError(name, f"expected a number or an array, got {value!r}",
                              f"pass a positive {'integer' if integer else 'number'}")
@@ -117,6 +128,8 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
 
 def broadcast_fields(**arrays: Array) -> tuple[int, ...]:
     """Check that the named arrays broadcast together; return the common shape."""
+    if all(a.ndim == 0 for a in arrays.values()):
+        return ()
     try:
         return tuple(np.broadcast_shapes(*(a.shape for a in arrays.values())))
     except ValueError:

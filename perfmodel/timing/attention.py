@@ -4,8 +4,10 @@ Kernel model (FA2/FA3-class):
 
 - Query tile q_t from SRAM: 128 rows if (128·D + 2·64·(D + D_v))·s fits in shared memory per
   SM, else 64; key tile 128 for D ≤ 64, else 64. CTAs resident per SM: 1–2 by SRAM.
-- Work units: B·H_q·⌈S_q/q_t⌉ CTAs. For decode-shaped calls (S_q·H_q/H_kv ≤ q_t) the
-  G = H_q/H_kv query heads of a group are packed into one tile, giving B·H_kv CTAs.
+- Work units: B·H_q·⌈S_q/q_t⌉ CTAs. For decode-shaped calls (S_q·H_q/H_kv ≤ 64) the
+  G = H_q/H_kv query heads of a group are packed into one 64-row tile, giving B·H_kv CTAs;
+  the matrix and softmax work then runs on the whole padded tile (64/(G·S_q) times the
+  useful work), which is what makes batch-1 decode slow per CTA.
 - Split-KV: ``num_splits`` (or, for ``"auto"``, the smallest split that fills the device to
   85 % of the best wave efficiency, as FlashAttention's heuristic does) multiplies CTAs and
   adds a combine kernel and fp32 partial outputs.
@@ -16,6 +18,8 @@ Kernel model (FA2/FA3-class):
   the two, FA3-class overlap them (``softmax_overlap``). Divided by the wave efficiency
   CTAs / (⌈CTAs/slots⌉·slots).
 - Memory: :meth:`Attention.flash_bytes` at the bandwidth min(1, CTAs·c/U) of the achievable.
+- Launches: the main kernel, a combine kernel when split, and for the paged-KV entry point in
+  decode with G > 1 two layout copies (Q into the packed layout, O back).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from perfmodel.timing.core import memory_time, overlap
 from perfmodel.timing.knobs import Knobs
 
 __all__ = ["auto_splits", "resolve_impl", "time_flash"]
+
+#: Query rows per tile of the split-KV / KV-cache decode kernels (FlashAttention uses 64).
+_DECODE_TILE = 64.0
 
 
 def resolve_impl(op: Attention, k: Knobs) -> str:
@@ -67,7 +74,8 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     slots = k.units * per_unit
 
     group = op.heads / op.kv_heads
-    packed = op.seq_q * group <= q_tile
+    packed = op.seq_q * group <= _DECODE_TILE
+    q_tile = np.where(packed, _DECODE_TILE, q_tile)
     base = np.where(packed, op.batch * op.kv_heads,
                     op.batch * op.heads * np.ceil(op.seq_q / q_tile))
     if op.num_splits == "auto":
@@ -85,13 +93,12 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     else:
         pairs_c = op.computed_pairs(q_tile, k_tile)
         paged_rate = np.ones(())
-    # decode packs G·S_q query rows into one tile: the MMA runs on a whole q_tile of rows
+    # decode packs G·S_q query rows into one tile: the MMA and softmax run on whole tiles
     rows_eff = np.where(packed, q_tile / np.maximum(group * op.seq_q, 1.0), 1.0)
-    bh_pairs = op.batch * op.heads * pairs_c
-    t_tensor = (2.0 * bh_pairs * (d + dv) * rows_eff
-                / (k.rate * k.attention_efficiency * paged_rate))
+    bh_pairs = op.batch * op.heads * pairs_c * rows_eff
+    t_tensor = 2.0 * bh_pairs * (d + dv) / (k.rate * k.attention_efficiency * paged_rate)
     t_soft = bh_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
-    ov = k.family.softmax_overlap if impl == "flash3" else 0.0
+    ov = k.family.fa3_softmax_overlap if impl == "flash3" else k.family.softmax_overlap
     compute_raw = np.maximum(t_tensor, t_soft) + (1.0 - ov) * np.minimum(t_tensor, t_soft)
     waves = np.ceil(ctas / slots)
     wave_eff = ctas / (waves * slots)
@@ -104,6 +111,10 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     traffic = traffic + partial
     memory = memory_time(traffic, k, ctas=np.minimum(ctas, slots))
     launches = np.where(splits > 1, 2.0, 1.0)
+    if impl == "paged":
+        # the KV-cache entry point packs the G query heads of a group into the row dimension
+        # for decode: Q is transposed into that layout and O back, two extra copy kernels
+        launches = launches + np.where(packed & (group > 1), 2.0, 0.0)
     overhead = launches * k.overhead_s
     latency = overlap(compute, memory, k.overlap_p) + overhead
     shape = op.shape

@@ -40,8 +40,10 @@ class FamilyParams:
     flash_efficiency:
         Tensor efficiency of the fused attention kernel relative to the GEMM fraction.
     softmax_overlap:
-        0 = softmax (exp + vector ops) serialised with the matrix work (FA2-class);
-        1 = fully overlapped (FA3-class ping-pong scheduling).
+        Overlap of softmax (exp + vector ops) with the matrix work in FA2-class kernels:
+        0 = serialised, 1 = fully hidden (other warps' MMAs run meanwhile).
+    fa3_softmax_overlap:
+        The same for FA3-class kernels (warp-specialised ping-pong scheduling).
     softmax_vector_ops:
         Vector operations per scored pair in the fused kernel's online softmax.
     paged_prefill_efficiency:
@@ -60,7 +62,8 @@ class FamilyParams:
     cta_bandwidth: float = 1.5
     flash_impl: str = "flash2"
     flash_efficiency: float = 0.85
-    softmax_overlap: float = 0.0
+    softmax_overlap: float = 0.5
+    fa3_softmax_overlap: float = 0.8
     softmax_vector_ops: float = 5.0
     paged_prefill_efficiency: float = 0.6
     fill_waves: float = 1.0
@@ -82,6 +85,12 @@ _CDNA_TILES: tuple[Tile, ...] = (
     (256.0, 256.0, 1.0), (256.0, 128.0, 0.97), (128.0, 128.0, 0.9),
     (128.0, 64.0, 0.75), (64.0, 64.0, 0.55),
 )
+# CDNA4 doubles the matrix rate per CU over CDNA3: small tiles lose more of it to operand
+# loads, so the relative efficiency of smaller tiles drops further.
+_CDNA4_TILES: tuple[Tile, ...] = (
+    (256.0, 256.0, 1.0), (256.0, 128.0, 0.9), (128.0, 128.0, 0.75),
+    (128.0, 64.0, 0.55), (64.0, 64.0, 0.38),
+)
 
 FAMILIES: dict[str, FamilyParams] = {
     "pascal": FamilyParams(tensor_tiles=_SIMT_TILES, vector_tiles=_SIMT_TILES,
@@ -91,9 +100,9 @@ FAMILIES: dict[str, FamilyParams] = {
     "ampere": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "ada": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "hopper": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
-                           flash_impl="flash3", flash_efficiency=0.85, softmax_overlap=0.8),
+                           flash_impl="flash3", flash_efficiency=0.85),
     "blackwell": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
-                              flash_impl="flash3", flash_efficiency=0.85, softmax_overlap=0.8),
+                              flash_impl="flash3", flash_efficiency=0.85),
     "blackwell-consumer": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "cdna1": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
                           memory_latency_s=0.8e-6),
@@ -101,7 +110,7 @@ FAMILIES: dict[str, FamilyParams] = {
                           memory_latency_s=0.8e-6),
     "cdna3": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
                           memory_latency_s=0.8e-6),
-    "cdna4": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
+    "cdna4": FamilyParams(tensor_tiles=_CDNA4_TILES, vector_tiles=_CDNA4_TILES,
                           memory_latency_s=0.8e-6),
     "cpu": FamilyParams(tensor_tiles=((64.0, 64.0, 1.0),), vector_tiles=((64.0, 64.0, 1.0),),
                         split_k=(1.0,), memory_latency_s=0.1e-6, cta_bandwidth=1.0),

@@ -19,6 +19,8 @@ The library is modelled as choosing the fastest candidate.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,9 @@ import numpy as np
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.ops.cost import Array
 from perfmodel.ops.gemm import Gemm
+from perfmodel.timing._xp import SCALAR, VECTOR, Ops
 from perfmodel.timing.core import memory_time, overlap
+from perfmodel.timing.family import FamilyParams
 from perfmodel.timing.knobs import Knobs
 
 __all__ = ["time_gemm"]
@@ -35,73 +39,141 @@ _CHUNK = 1 << 15
 _K_SLAB = 64.0
 
 
-def _candidates(k: Knobs) -> Array:
-    tiles = k.family.tensor_tiles if k.unit == "tensor" else k.family.vector_tiles
-    rows = [(tm, tn, e, s) for tm, tn, e in tiles for s in k.family.split_k]
-    return np.asarray(rows, dtype=np.float64)
+def _candidates(k: Knobs, split: bool) -> Array:
+    return _candidate_table(k.family, k.unit, split)
 
 
-def _time_flat(m: Array, n: Array, kk: Array, b: Array, b_mats: Array, s_in: float,
-               s_out: float, k: Knobs, cand: Array) -> dict[str, Array]:
-    """All candidates for flat shape arrays; returns the best per shape."""
-    tm, tn, eff, split = (cand[:, i : i + 1] for i in range(4))
+@functools.lru_cache(maxsize=64)
+def _candidate_table(fam: FamilyParams, unit: str, split: bool) -> Array:
+    tiles = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
+    splits = [x for x in fam.split_k if (x > 1) == split]
+    rows = [(tm, tn, e, s) for tm, tn, e in tiles for s in splits]
+    table = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+    table.setflags(write=False)
+    return table
+
+
+@functools.lru_cache(maxsize=64)
+def _candidate_rows(fam: FamilyParams, unit: str, split: bool) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(r) for r in _candidate_table(fam, unit, split).tolist())
+
+
+_FIELDS = ("latency_s", "compute_s", "memory_s", "overhead_s", "bytes", "waves")
+
+
+def _evaluate(ops: Ops, m: Any, n: Any, kk: Any, b: Any, b_mats: Any, s_in: float,
+              s_out: float, k: Knobs, tm: Any, tn: Any, eff: Any, split: Any,
+              is_split: bool) -> dict[str, Any]:
+    """Parts of one candidate (or a column of candidates) for the given shapes."""
     slots = k.units * k.family.tiles_per_unit
-    tiles_m = np.ceil(m / tm)
-    tiles_n = np.ceil(n / tn)
-    tiles = b * tiles_m * tiles_n * split
-    waves = np.ceil(tiles / slots)
-    rate_per_unit = k.rate / k.units
-    t_tile = 2.0 * tm * tn * np.ceil(kk / split) / (eff * rate_per_unit)
-    compute = waves * t_tile
+    tiles_m = ops.ceil(m / tm)
+    tiles_n = ops.ceil(n / tn)
+    tiles = (b * split) * tiles_m * tiles_n
+    waves = ops.ceil(tiles / slots)
+    tile_s = 2.0 * k.units * tm * tn / (eff * k.rate)
+    compute = waves * tile_s * ops.ceil(kk / split)
     # traffic with L2 reuse inside a wave (see Gemm.bytes_tiled)
     a_bytes = s_in * b * m * kk
     b_bytes = s_in * b_mats * kk * n
-    conc = np.minimum(tiles, slots)
-    g_m = np.clip(np.round(np.sqrt(conc)), 1.0, tiles_m)
-    g_n = np.clip(np.floor(conc / g_m), 1.0, tiles_n)
+    conc = ops.minimum(tiles, slots)
+    g_m = ops.clip(ops.round(ops.sqrt(conc)), 1.0, tiles_m)
+    g_n = ops.clip(ops.floor(conc / g_m), 1.0, tiles_n)
     fits = (a_bytes / b + b_bytes / b_mats) <= k.l2_bytes
-    a_reads = np.where(fits, 1.0, np.ceil(tiles_n / g_n))
-    b_reads = np.where(fits, 1.0, np.ceil(tiles_m / g_m))
-    c_bytes = s_out * b * m * n
-    partials = np.where(split > 1, 2.0 * split * b * m * n * 4.0, 0.0)
-    traffic = a_bytes * a_reads + b_bytes * b_reads + c_bytes + partials
-    memory = memory_time(traffic, k, ctas=conc)
-    fill_bytes = conc * ((tm + tn) * _K_SLAB * s_in + tm * tn * s_out)
-    fill = (fill_bytes / k.achievable_bandwidth + k.family.memory_latency_s) * k.family.fill_waves
-    launches = np.where(split > 1, 2.0, 1.0)
-    total = overlap(compute, memory, k.overlap_p) + fill + launches * k.overhead_s
-    # split-K only when the unsplit tiles leave part of the device idle in a single wave
-    total = np.where((split > 1) & (tiles / split >= slots), np.inf, total)
+    a_reads = ops.where(fits, 1.0, ops.ceil(tiles_n / g_n))
+    b_reads = ops.where(fits, 1.0, ops.ceil(tiles_m / g_m))
+    mn = b * m * n
+    traffic = a_bytes * a_reads + b_bytes * b_reads + s_out * mn
+    launches = 1.0
+    if is_split:  # split-K: fp32 partials written and read back by a reduce kernel
+        traffic = traffic + (8.0 * split) * mn
+        launches = 2.0
+    memory = memory_time(traffic, k, ctas=conc, ops=ops)
+    fill_const = ((tm + tn) * _K_SLAB * s_in + tm * tn * s_out) / k.achievable_bandwidth
+    overhead = (conc * fill_const + k.family.memory_latency_s) * k.family.fill_waves \
+        + launches * k.overhead_s
+    total = overlap(compute, memory, k.overlap_p, ops) + overhead
+    if is_split:
+        # split-K only when the unsplit tiles leave part of the device idle in one wave
+        total = ops.where(tiles / split >= slots, math.inf, total)
+    return {"latency_s": total, "compute_s": compute, "memory_s": memory,
+            "overhead_s": overhead, "bytes": traffic, "waves": waves}
+
+
+def _best_vector(m: Array, n: Array, kk: Array, b: Array, b_mats: Array, s_in: float,
+                 s_out: float, k: Knobs, cand: Array) -> tuple[Array, dict[str, Array]]:
+    tm, tn, eff, split = (cand[:, i : i + 1] for i in range(4))
+    parts = _evaluate(VECTOR, m, n, kk, b, b_mats, s_in, s_out, k, tm, tn, eff, split,
+                      is_split=bool(cand[0, 3] > 1))
+    total = parts["latency_s"]
     best = np.argmin(total, axis=0)
     pick = np.arange(total.shape[1])
+    return best, {name: np.broadcast_to(v, total.shape)[best, pick] for name, v in parts.items()}
 
-    def sel(x: Array) -> Array:
-        full = np.broadcast_to(x, total.shape)
-        return np.asarray(full[best, pick], dtype=np.float64)
 
-    return {
-        "latency_s": sel(total), "compute_s": sel(compute), "memory_s": sel(memory),
-        "overhead_s": sel(fill + launches * k.overhead_s), "bytes": sel(traffic),
-        "tile_m": sel(tm), "tile_n": sel(tn), "split_k": sel(split), "waves": sel(waves),
-        "launches": sel(launches),
-    }
+def _time_flat(m: Array, n: Array, kk: Array, b: Array, b_mats: Array, s_in: float,
+               s_out: float, k: Knobs) -> dict[str, Array]:
+    """Best candidate per shape: unsplit tiles for all, split-K only where tiles are few."""
+    plain = _candidates(k, split=False)
+    best, out = _best_vector(m, n, kk, b, b_mats, s_in, s_out, k, plain)
+    chosen = plain[best].copy()
+    slots = k.units * k.family.tiles_per_unit
+    few = b * np.ceil(m / plain[:, 0].min()) * np.ceil(n / plain[:, 1].min()) < slots
+    splits = _candidates(k, split=True)
+    if splits.size and np.any(few):
+        idx = np.flatnonzero(few)
+        sbest, sout = _best_vector(m[idx], n[idx], kk[idx], b[idx], b_mats[idx], s_in, s_out,
+                                   k, splits)
+        better = sout["latency_s"] < out["latency_s"][idx]
+        win = idx[better]
+        for name in _FIELDS:
+            out[name][win] = sout[name][better]
+        chosen[win] = splits[sbest[better]]
+    out["tile_m"], out["tile_n"], out["split_k"] = chosen[:, 0], chosen[:, 1], chosen[:, 3]
+    out["launches"] = np.where(chosen[:, 3] > 1, 2.0, 1.0)
+    return out
+
+
+def _time_scalar(m: float, n: float, kk: float, b: float, b_mats: float, s_in: float,
+                 s_out: float, k: Knobs) -> dict[str, Any]:
+    """The same search on floats, one candidate at a time (fast for a single shape)."""
+    best: dict[str, Any] = {"latency_s": math.inf}
+    plain = _candidate_rows(k.family, k.unit, False)
+    slots = k.units * k.family.tiles_per_unit
+    min_tm = min(c[0] for c in plain)
+    min_tn = min(c[1] for c in plain)
+    rows = [(c, False) for c in plain]
+    if b * math.ceil(m / min_tm) * math.ceil(n / min_tn) < slots:
+        rows += [(c, True) for c in _candidate_rows(k.family, k.unit, True)]
+    for (tm, tn, eff, split), is_split in rows:
+        parts = _evaluate(SCALAR, m, n, kk, b, b_mats, s_in, s_out, k, tm, tn, eff, split,
+                          is_split)
+        if parts["latency_s"] < best["latency_s"]:
+            best = {**parts, "tile_m": tm, "tile_n": tn, "split_k": split,
+                    "launches": 2.0 if is_split else 1.0}
+    return best
 
 
 def time_gemm(op: Gemm, k: Knobs) -> dict[str, Any]:
     """Best-candidate timing of ``op`` (arrays shaped like the op's broadcast shape)."""
     shape = op.shape
-    m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
-    b_mats = b if not op.shared_b else np.ones_like(b)
     s_in = bytes_per_element(op.dtype)
     s_out = bytes_per_element(op.out_dtype)
-    cand = _candidates(k)
-    parts: list[dict[str, Array]] = []
-    for start in range(0, max(m.size, 1), _CHUNK):
-        sl = slice(start, start + _CHUNK)
-        parts.append(_time_flat(m[sl], n[sl], kk[sl], b[sl], b_mats[sl], s_in, s_out, k, cand))
-    out: dict[str, Any] = {}
-    for key in parts[0]:
-        out[key] = np.concatenate([p[key] for p in parts]).reshape(shape)
+    if shape == ():
+        ms, ns, ks, bs = (float(x) for x in (op.m, op.n, op.k, op.batch))
+        res = _time_scalar(ms, ns, ks, bs, 1.0 if op.shared_b else bs, s_in, s_out, k)
+        if op.bias:
+            res["bytes"] = res["bytes"] + s_out * ns
+        return res
+    m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
+    b_mats = b if not op.shared_b else np.ones_like(b)
+    if m.size <= _CHUNK:
+        flat = _time_flat(m, n, kk, b, b_mats, s_in, s_out, k)
+        out: dict[str, Any] = {key: v.reshape(shape) for key, v in flat.items()}
+    else:
+        parts = [_time_flat(m[i:i + _CHUNK], n[i:i + _CHUNK], kk[i:i + _CHUNK],
+                            b[i:i + _CHUNK], b_mats[i:i + _CHUNK], s_in, s_out, k)
+                 for i in range(0, m.size, _CHUNK)]
+        out = {key: np.concatenate([p[key] for p in parts]).reshape(shape) for key in parts[0]}
     if op.bias:
         out["bytes"] = out["bytes"] + s_out * np.broadcast_to(op.n, shape)
     return out

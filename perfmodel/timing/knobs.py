@@ -59,8 +59,26 @@ def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
     return min(1.0, sustained / quoted) if sustained else 1.0
 
 
+_CACHE: dict[tuple[int, str, str], tuple[HardwareSpec, Knobs]] = {}
+
+
 def knobs_for(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
-    """Resolve the effective parameters; raises if ``dtype`` is unsupported on ``hw``."""
+    """Resolve the effective parameters; raises if ``dtype`` is unsupported on ``hw``.
+
+    Results are memoised per spec object (specs are frozen).
+    """
+    key = (id(hw), op_family, dtype)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is hw:
+        return hit[1]
+    knobs = _resolve(hw, op_family, dtype)
+    if len(_CACHE) > 512:
+        _CACHE.clear()
+    _CACHE[key] = (hw, knobs)
+    return knobs
+
+
+def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
     fam = family_params(hw.arch)
     peak = hw.peak(dtype)
     spec_peak = hw.peaks[dtype]

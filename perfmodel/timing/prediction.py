@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perfmodel.timing._xp import SCALAR, VECTOR, Ops
+
 __all__ = ["Prediction", "Value", "as_value"]
 
 #: A float for scalar inputs, a numpy array when shape fields were arrays.
@@ -17,11 +19,15 @@ Label = str | npt.NDArray[np.str_]
 
 def as_value(x: Any) -> Value:
     """0-d arrays become Python floats; arrays stay arrays (float64)."""
+    if type(x) is float:
+        return x
     arr = np.asarray(x, dtype=np.float64)
     return float(arr) if arr.ndim == 0 else arr
 
 
 def _as_label(x: Any) -> Label:
+    if type(x) is str:
+        return x
     arr = np.asarray(x)
     return str(arr) if arr.ndim == 0 else arr.astype(np.str_)
 
@@ -126,29 +132,34 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     part, or when both predicted utilisations are under 10 %; otherwise the larger of
     compute and memory. The ratio is that part over the larger of the other two.
     """
-    c = np.asarray(compute_s, dtype=np.float64)
-    m = np.asarray(memory_s, dtype=np.float64)
-    o = np.asarray(overhead_s, dtype=np.float64)
-    lat = np.asarray(latency_s, dtype=np.float64)
-    f = np.asarray(flops, dtype=np.float64)
-    b = np.asarray(bytes_, dtype=np.float64)
+    vals = [compute_s, memory_s, overhead_s, latency_s, flops, bytes_]
+    c: Any
+    m: Any
+    o: Any
+    lat: Any
+    f: Any
+    b: Any
+    if all(np.ndim(v) == 0 for v in vals):
+        c, m, o, lat, f, b = (float(v) for v in vals)
+        ops: Ops = SCALAR
+    else:
+        c, m, o, lat, f, b = (np.asarray(v, dtype=np.float64) for v in vals)
+        ops = VECTOR
     cu = f / (lat * peak)
     mu = b / (lat * bandwidth)
     tiny = 1e-30
-    fixed_dominates = (o > c) & (o > m)
-    low_util = (cu < 0.10) & (mu < 0.10)
-    is_latency = fixed_dominates | low_util
-    is_compute = ~is_latency & (c >= m)
-    label = np.where(is_latency, "latency", np.where(is_compute, "compute", "memory"))
-    dominant = np.where(is_latency, o, np.where(is_compute, c, m))
-    other = np.where(is_latency, np.maximum(c, m),
-                     np.where(is_compute, np.maximum(m, o), np.maximum(c, o)))
-    ratio = np.maximum(dominant, tiny) / np.maximum(other, tiny)
+    is_latency = ((o > c) & (o > m)) | ((cu < 0.10) & (mu < 0.10))
+    is_compute = ~is_latency & (c >= m) if ops is VECTOR else (not is_latency and c >= m)
+    label = ops.where(is_latency, "latency", ops.where(is_compute, "compute", "memory"))
+    dominant = ops.where(is_latency, o, ops.where(is_compute, c, m))
+    other = ops.where(is_latency, ops.maximum(c, m),
+                      ops.where(is_compute, ops.maximum(m, o), ops.maximum(c, o)))
+    ratio = ops.maximum(dominant, tiny) / ops.maximum(other, tiny)
     return Prediction(
         op=op, hardware=hardware, dtype=dtype, latency_s=as_value(lat), compute_s=as_value(c),
         memory_s=as_value(m), overhead_s=as_value(o), flops=as_value(f), bytes=as_value(b),
-        bytes_min=as_value(bytes_min), arithmetic_intensity=as_value(f / np.maximum(b, tiny)),
+        bytes_min=as_value(bytes_min), arithmetic_intensity=as_value(f / ops.maximum(b, tiny)),
         ridge_point=float(ridge_point), compute_util=as_value(cu), memory_util=as_value(mu),
-        bottleneck=_as_label(label), bottleneck_ratio=as_value(np.maximum(ratio, 1.0)),
+        bottleneck=_as_label(label), bottleneck_ratio=as_value(ops.maximum(ratio, 1.0)),
         stages=stages, details=dict(details or {}),
     )
