@@ -187,8 +187,16 @@ def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
     return np.asarray([getattr(r, name) or default for r in rows], dtype=np.float64)
 
 
-def _build(rows: Sequence[Measurement], key: tuple[Any, ...]) -> Gemm | Attention:
-    dtype = normalize_dtype(rows[0].dtype)
+def effective_dtype(row: Measurement, spec: HardwareSpec) -> tuple[str, str]:
+    """The dtype to predict a row with, and the rule used. XLA's default f32 precision
+    runs TF32 where the hardware has it and full fp32 where it has none (CDNA4)."""
+    dtype = normalize_dtype(row.dtype)
+    if dtype == "tf32" and "tf32" not in spec.peaks and "f32_xla_default" in row.notes:
+        return "fp32", "XLA default f32 on a device without TF32 -> fp32"
+    return dtype, ""
+
+
+def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str) -> Gemm | Attention:
     if key[0] == "gemm":
         return Gemm(m=_arr(rows, "m", 1), n=_arr(rows, "n", 1), k=_arr(rows, "k", 1),
                     batch=_arr(rows, "batch", 1), dtype=dtype, bias=bool(key[2]))
@@ -238,7 +246,8 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
         spec_id = key[0]
         try:
             spec = fixed or load_hardware(spec_id)
-            op = _build(group, key[1:])
+            dtype, _rule = effective_dtype(group[0], spec)
+            op = _build(group, key[1:], dtype)
             floor, _ = timing_floor(group[0].timing)
             p = predict(op, spec, extra_overhead_s=floor)
             b = _bare_roofline(op, spec)
