@@ -83,6 +83,16 @@ def test_show_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert str(mine) in out
 
 
+def test_show_skips_empty_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("extends: h100-sxm\nid: bare\ninterconnect: null\npricing: null\n")
+    code, out, _ = run(["specs", "show", str(bare)], capsys)
+    assert code == 0
+    assert "interconnect" not in out.replace("interconnect:", "")  # a source line may say it
+    assert "NVLink" not in out.split("sources")[0]
+    assert "usd_per_hour" not in out
+
+
 def test_show_alias_notes_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["specs", "show", "H100", "--json"], capsys)
     assert code == 0

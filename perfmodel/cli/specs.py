@@ -215,15 +215,19 @@ def show_lines(hw: HardwareSpec, path: str = "") -> list[str]:
         value = getattr(hw, name)
         if value is None or value == "" or value == {}:
             continue
+        if isinstance(value, BaseModel):
+            block = _model_lines(value, indent=1)
+            if block:  # an interconnect with no links says nothing
+                lines.append("")
+                lines.append(name + ("" if name in hw.model_fields_set else "  (defaults)"))
+                lines.extend(block)
+            continue
         lines.append("")
         if name == "peaks":
             lines.extend(_peak_lines(hw))
         elif name == "sources":
             lines.append("sources")
             lines.extend(f"  {key}: {text}" for key, text in hw.sources.items())
-        elif isinstance(value, BaseModel):
-            lines.append(name + ("" if name in hw.model_fields_set else "  (defaults)"))
-            lines.extend(_model_lines(value, indent=1))
         else:
             kind = quantity_kind(HardwareSpec.model_fields[name])
             lines.append(f"{name:<26}{_format_value(value, kind)}")
