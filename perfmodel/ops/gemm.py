@@ -94,6 +94,7 @@ class Gemm:
         column band of g_n·t_n, B once per row band of g_m·t_m:
         traffic = s_in·(b·m·k·⌈n/(g_n·t_n)⌉ + k·n·b_B·⌈m/(g_m·t_m)⌉) + s_out·b·m·n.
         If both operands fit in ``cache_bytes`` together the minimum traffic applies.
+        A bias vector (``bias``) is read once: + s_out·n.
         """
         s_in = bytes_per_element(self.dtype)
         s_out = bytes_per_element(self.out_dtype)
@@ -111,6 +112,8 @@ class Gemm:
         a_reads = np.where(fits, 1.0, a_reads)
         b_reads = np.where(fits, 1.0, b_reads)
         total = a_bytes * a_reads + b_bytes * b_reads + s_out * self.batch * self.m * self.n
+        if self.bias:
+            total = total + s_out * self.n
         return np.asarray(total, dtype=np.float64)
 
     def cost(self) -> Cost:
