@@ -1,0 +1,123 @@
+"""The seed cases of DESIGN.md section 3, and bad input rejected with the argument named.
+
+- a large square GEMM runs near the roofline (compute-bound, > 70 % of dense peak);
+- a 128^3 GEMM reaches a few percent of peak and is latency-bound;
+- unfused attention at 32k tokens is dominated by moving the S x S score matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel import PerfmodelError
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "h100-sxm"])
+def test_large_gemm_is_compute_bound_near_peak(gpu: str) -> None:
+    p = pm.predict(pm.Gemm(m=4096, n=4096, k=4096, dtype="fp16"), gpu)
+    assert p.bottleneck == "compute"
+    assert p.compute_util > 0.7
+    assert p.compute_util < 1.0  # never above the datasheet
+    # compute_util is flops / (latency * dense peak): 2*4096^3 FLOPs
+    hw = pm.load_hardware(gpu)
+    assert p.compute_util == pytest.approx(2 * 4096**3 / (p.latency_s * hw.peak("fp16")))
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "h100-sxm"])
+def test_tiny_gemm_is_latency_bound(gpu: str) -> None:
+    p = pm.predict(pm.Gemm(m=128, n=128, k=128, dtype="fp16"), gpu)
+    assert p.bottleneck == "latency"
+    assert p.compute_util < 0.15
+    # a kernel takes at least a few microseconds
+    assert p.latency_s > 1e-6
+
+
+def test_unfused_attention_at_32k_is_memory_bound() -> None:
+    op = pm.Attention(batch=1, heads=32, seq_q=32768, head_dim=128, causal=True, dtype="fp16",
+                      impl="naive")
+    p = pm.predict(op, "a100-80gb-sxm")
+    assert p.bottleneck == "memory"
+    assert p.memory_s >= 0.7 * p.latency_s
+    assert [name for name, _ in p.stages] == ["qk", "scale_mask", "softmax", "pv"]
+    # the fused kernel, which never writes S x S, is several times faster
+    fused = pm.predict(pm.Attention(batch=1, heads=32, seq_q=32768, head_dim=128, causal=True,
+                                    dtype="fp16"), "a100-80gb-sxm")
+    assert fused.latency_s * 3 < p.latency_s
+    # 32 heads x 32768^2 scores x 2 B = 64 GiB per pass over S; the stages make >= 6 passes
+    assert p.bytes >= 6 * 32 * 32768**2 * 2
+
+
+# ------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"m": -1, "n": 64, "k": 64}, "m"),
+        ({"m": 64, "n": 0, "k": 64}, "n"),
+        ({"m": 64, "n": 64, "k": 2.5}, "k"),
+        ({"m": 64, "n": 64, "k": float("nan")}, "k"),
+        ({"m": 64, "n": 64, "k": 64, "batch": 0}, "batch"),
+        ({"m": 64, "n": 64, "k": 64, "dtype": "fp7"}, "dtype"),
+        ({"m": 64, "n": 64, "k": 64, "out_dtype": "float99"}, "out_dtype"),
+        ({"m": "64", "n": 64, "k": 64}, "m"),
+    ],
+)
+def test_gemm_rejects_bad_sizes_naming_the_argument(kwargs: dict[str, object],
+                                                    field: str) -> None:
+    with pytest.raises(PerfmodelError) as info:
+        pm.Gemm(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
+    assert str(info.value).startswith(field)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"heads": 32, "kv_heads": 5}, "kv_heads"),
+        ({"heads": 8, "kv_heads": 32}, "kv_heads"),
+        ({"seq_q": 0}, "seq_q"),
+        ({"seq_kv": -4}, "seq_kv"),
+        ({"head_dim": float("nan")}, "head_dim"),
+        ({"impl": "magic"}, "impl"),
+        ({"num_splits": 0}, "num_splits"),
+        ({"kv_dtype": "fp5"}, "kv_dtype"),
+    ],
+)
+def test_attention_rejects_bad_input_naming_the_argument(kwargs: dict[str, object],
+                                                         field: str) -> None:
+    with pytest.raises(PerfmodelError) as info:
+        pm.Attention(**kwargs)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_dtype_the_gpu_lacks_names_the_dtype() -> None:
+    with pytest.raises(PerfmodelError) as info:
+        pm.predict(pm.Gemm(m=64, n=64, k=64, dtype="fp8"), "a100-80gb-sxm")
+    assert info.value.field == "dtype"
+    assert "fp8" in str(info.value)
+    with pytest.raises(PerfmodelError) as info:
+        pm.predict(pm.Attention(seq_q=64, dtype="bf16", kv_dtype="fp8"), "a100-80gb-sxm")
+    assert info.value.field == "kv_dtype"
+
+
+def test_wrong_length_arrays_are_rejected() -> None:
+    with pytest.raises(PerfmodelError) as info:
+        pm.Gemm(m=np.array([64, 128, 256]), n=np.array([64, 128]), k=64)
+    assert info.value.field == "shape"
+    assert "m(3,)" in str(info.value)
+    assert "n(2,)" in str(info.value)
+    with pytest.raises(PerfmodelError):
+        pm.Attention(seq_q=np.array([1, 2, 3]), seq_kv=np.array([4, 5]))
+
+
+def test_nan_in_an_array_is_rejected() -> None:
+    with pytest.raises(PerfmodelError) as info:
+        pm.Gemm(m=np.array([64.0, np.nan]), n=64, k=64)
+    assert info.value.field == "m"
+
+
+def test_negative_timing_floor_is_rejected() -> None:
+    with pytest.raises(PerfmodelError) as info:
+        pm.predict(pm.Gemm(m=64, n=64, k=64), "h100-sxm", extra_overhead_s=-1e-6)
+    assert info.value.field == "extra_overhead_s"
