@@ -86,6 +86,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from perfmodel.hardware.catalog import load_hardware as load_hardware
     from perfmodel.hardware.spec import HardwareSpec as HardwareSpec
     from perfmodel.measurements import read_measurements as read_measurements
+    from perfmodel.models.config import TransformerConfig as TransformerConfig
+    from perfmodel.models.config import list_models as list_models
+    from perfmodel.models.config import load_model as load_model
+    from perfmodel.models.predict import ModelPrediction as ModelPrediction
+    from perfmodel.models.predict import predict_model as predict_model
     from perfmodel.ops.attention import Attention as Attention
     from perfmodel.ops.comm import AllReduce as AllReduce
     from perfmodel.ops.cost import Cost as Cost

@@ -1,0 +1,394 @@
+"""Transformer configs: a frozen pydantic model, bundled presets, Hugging Face config.json.
+
+A preset is the ``config.json`` of a public checkpoint (``presets/<id>.json``, with its
+source in ``_source``); a user's ``config.json`` is read the same way, offline. Unknown
+Hugging Face keys are ignored; missing or contradictory required ones fail naming the key.
+Parameter counts are computed from the config (:func:`param_counts`), never typed in.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import DType
+
+__all__ = [
+    "TransformerConfig", "active_params", "from_hf_dict", "list_models", "load_model",
+    "num_params", "param_counts", "presets_dir",
+]
+
+Pos = Annotated[int, Field(gt=0)]
+NonNeg = Annotated[int, Field(ge=0)]
+
+
+class TransformerConfig(BaseModel):
+    """A decoder-only transformer (dense or mixture-of-experts), as the cost model sees it.
+
+    Every layer: norm → QKV projection (+ rotary) → attention → O projection → residual add
+    → norm → MLP (gate/up → activation·mul → down, or MoE experts) → residual add.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """Preset id or the file it came from."""
+    hidden_size: Pos
+    """Model width h."""
+    num_layers: Pos
+    num_heads: Pos
+    """Query heads H_q."""
+    num_kv_heads: Pos
+    """Key/value heads H_kv (GQA: H_q/H_kv query heads share one; MQA: 1)."""
+    head_dim: Pos
+    """Per-head width D (h/H_q unless the checkpoint says otherwise)."""
+    intermediate_size: Pos
+    """Dense MLP width (for MoE layers see ``expert_intermediate_size``)."""
+    gated_mlp: bool = True
+    """Gate and up projections with activation(gate)·up (SwiGLU/GeGLU), else up → act."""
+    activation: Literal["silu", "gelu", "relu"] = "silu"
+    vocab_size: Pos
+    tie_embeddings: bool = False
+    """LM head shares the embedding matrix (not counted twice)."""
+    norm: Literal["rms", "layer"] = "rms"
+    """RMSNorm (weight) or LayerNorm (weight and bias)."""
+    rotary: bool = True
+    max_position_embeddings: Pos | None = None
+    qkv_bias: bool = False
+    """Biases on the Q, K and V projections (Qwen2, gpt-oss)."""
+    o_bias: bool = False
+    mlp_bias: bool = False
+    """Biases on the MLP / expert projections (gpt-oss experts)."""
+    attention_sinks: bool = False
+    """One learned sink logit per head and layer (gpt-oss)."""
+    sliding_window: Pos | None = None
+    """Keys a sliding-window layer attends to (and keeps in its KV cache)."""
+    num_sliding_layers: NonNeg = 0
+    """Layers using ``sliding_window``; the others attend to the whole context."""
+    num_experts: NonNeg = 0
+    """Routed experts per MoE layer (0: dense model)."""
+    experts_per_token: NonNeg = 0
+    """Experts each token is routed to (top-k)."""
+    expert_intermediate_size: Pos | None = None
+    """Width of one expert's MLP (default ``intermediate_size``)."""
+    shared_expert_intermediate_size: NonNeg = 0
+    """Total width of always-on shared experts in MoE layers (0: none)."""
+    router_bias: bool = False
+    weight_dtype: DType = "bf16"
+    """Checkpoint dtype of the linear weights (``torch_dtype`` / quantisation)."""
+    expert_weight_dtype: DType | None = None
+    """Checkpoint dtype of the expert weights when it differs (gpt-oss: MXFP4 → fp4)."""
+    source: str = ""
+    """Where the numbers come from (checkpoint repository)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        heads = data.get("num_heads")
+        if data.get("num_kv_heads") is None and heads is not None:
+            data["num_kv_heads"] = heads
+        hidden = data.get("hidden_size")
+        if data.get("head_dim") is None and isinstance(hidden, int) and isinstance(heads, int) \
+                and heads > 0:
+            if hidden % heads != 0:
+                raise ValueError(
+                    f"num_heads ({heads}) does not divide hidden_size ({hidden}) and no "
+                    "head_dim is given; fix num_heads or give head_dim explicitly")
+            data["head_dim"] = hidden // heads
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TransformerConfig:
+        problems: list[str] = []
+        if self.num_heads % self.num_kv_heads != 0:
+            problems.append(f"num_kv_heads ({self.num_kv_heads}) does not divide num_heads "
+                            f"({self.num_heads}); GQA needs whole query-head groups")
+        if self.num_experts:
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                problems.append(f"experts_per_token ({self.experts_per_token}) must be between "
+                                f"1 and num_experts ({self.num_experts})")
+        elif self.experts_per_token or self.shared_expert_intermediate_size:
+            problems.append("experts_per_token / shared experts given but num_experts is 0")
+        if self.num_sliding_layers > self.num_layers:
+            problems.append(f"num_sliding_layers ({self.num_sliding_layers}) exceeds "
+                            f"num_layers ({self.num_layers})")
+        if self.num_sliding_layers and self.sliding_window is None:
+            problems.append("num_sliding_layers > 0 needs sliding_window")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def expert_width(self) -> int:
+        """One expert's MLP width."""
+        return self.expert_intermediate_size or self.intermediate_size
+
+    @property
+    def num_full_layers(self) -> int:
+        """Layers attending to the whole context."""
+        return self.num_layers - self.num_sliding_layers
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+# ---------------------------------------------------------------------- parameters
+def param_counts(cfg: TransformerConfig) -> dict[str, int]:
+    """Parameters by group (whole model), from the shapes alone.
+
+    attention per layer = h·(H_q + 2·H_kv)·D + H_q·D·h (+ biases, + H_q sinks);
+    dense MLP per layer = (3 if gated else 2)·h·I (+ biases); MoE per layer =
+    E·expert MLP + router h·E (+ shared experts); norms = (2 per layer + final) × h
+    (× 2 for LayerNorm); embedding V·h, LM head V·h unless tied.
+    """
+    h, layers = cfg.hidden_size, cfg.num_layers
+    qkv_out = cfg.q_width + 2 * cfg.kv_width
+    attn = h * qkv_out + cfg.q_width * h
+    attn += qkv_out if cfg.qkv_bias else 0
+    attn += h if cfg.o_bias else 0
+    attn += cfg.num_heads if cfg.attention_sinks else 0
+    mats = 3 if cfg.gated_mlp else 2
+
+    def mlp(width: int) -> int:
+        bias = ((2 if cfg.gated_mlp else 1) * width + h) if cfg.mlp_bias else 0
+        return mats * h * width + bias
+
+    per_norm = h * (2 if cfg.norm == "layer" else 1)
+    out = {
+        "embedding": cfg.vocab_size * h,
+        "lm_head": 0 if cfg.tie_embeddings else cfg.vocab_size * h,
+        "attention": layers * attn,
+        "norms": (2 * layers + 1) * per_norm,
+    }
+    if cfg.is_moe:
+        out["experts"] = layers * cfg.num_experts * mlp(cfg.expert_width)
+        out["router"] = layers * (h * cfg.num_experts + (cfg.num_experts if cfg.router_bias
+                                                           else 0))
+        if cfg.shared_expert_intermediate_size:
+            out["shared_experts"] = layers * mlp(cfg.shared_expert_intermediate_size)
+    else:
+        out["mlp"] = layers * mlp(cfg.intermediate_size)
+    return out
+
+
+def num_params(cfg: TransformerConfig) -> int:
+    """Total parameters (a tied LM head counted once)."""
+    return sum(param_counts(cfg).values())
+
+
+def active_params(cfg: TransformerConfig) -> int:
+    """Parameters one token uses: routed experts count k/E of theirs (embedding included,
+    as Mistral counts Mixtral's 12.9B; OpenAI's gpt-oss figures leave the embedding out)."""
+    counts = param_counts(cfg)
+    if not cfg.is_moe:
+        return sum(counts.values())
+    experts = counts.pop("experts")
+    return sum(counts.values()) + experts * cfg.experts_per_token // cfg.num_experts
+
+
+# ---------------------------------------------------------------------- Hugging Face
+_GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+                "phi3", "gemma", "gemma2", "gpt_oss", "olmo", "olmo2", "granite", "internlm2",
+                "yi", "deepseek", "starcoder2_gated"}
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
+                 "float": "fp32"}
+_ACTS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
+         "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
+         "gelu_python": "gelu", "relu": "relu"}
+
+
+def _req(d: dict[str, Any], source: str, *keys: str) -> Any:
+    for key in keys:
+        if d.get(key) is not None:
+            return d[key]
+    raise PerfmodelError(f"{source}: {keys[0]}", "missing from config.json",
+                         f"add \"{keys[0]}\" (the model's value) to the file")
+
+
+def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerConfig:
+    """Build a config from the contents of a Hugging Face ``config.json`` (offline).
+
+    Unknown keys are ignored. Architectures this model cannot represent honestly
+    (multi-head latent attention, learned absolute positions) are refused by name.
+    """
+    if "text_config" in d and "hidden_size" not in d:
+        d = {**d["text_config"], "_source": d.get("_source", "")}
+    mtype = str(d.get("model_type", "")).lower()
+    if d.get("kv_lora_rank") is not None:
+        raise PerfmodelError(f"{name}: kv_lora_rank", "multi-head latent attention (DeepSeek "
+                             "MLA) is not modelled", "use a GQA model, or model MLA as GQA "
+                             "by hand in a config.json")
+    act = str(d.get("hidden_act", d.get("activation_function", "silu"))).lower()
+    if act not in _ACTS:
+        raise PerfmodelError(f"{name}: hidden_act", f"activation {act!r} is not modelled",
+                             f"use one of {', '.join(sorted(_ACTS))}")
+    gated = bool(d.get("_gated_mlp", mtype in _GATED_TYPES or _ACTS[act] == "silu"))
+    hidden = _req(d, name, "hidden_size", "n_embd", "d_model")
+    heads = _req(d, name, "num_attention_heads", "n_head")
+    inter = d.get("intermediate_size", d.get("n_inner", d.get("ffn_dim")))
+    if inter is None:
+        if gated:
+            _req(d, name, "intermediate_size")
+        inter = 4 * int(hidden)
+    layer_types = d.get("layer_types")
+    window = d.get("sliding_window")
+    if isinstance(layer_types, list):
+        sliding = sum(1 for t in layer_types if "sliding" in str(t))
+    elif mtype.startswith(("qwen2", "qwen3")):
+        use = bool(d.get("use_sliding_window", False))
+        layers_ = int(_req(d, name, "num_hidden_layers", "n_layer"))
+        sliding = layers_ - int(d.get("max_window_layers", layers_)) if use else 0
+    else:
+        sliding = int(_req(d, name, "num_hidden_layers", "n_layer")) if window else 0
+    experts = int(d.get("num_local_experts", d.get("num_experts", d.get("n_routed_experts", 0)))
+                  or 0)
+    quant = d.get("quantization_config") or {}
+    method = str(quant.get("quant_method", "")).lower()
+    wdt = _TORCH_DTYPES.get(str(d.get("torch_dtype", d.get("dtype", "bfloat16"))), "bf16")
+    if method == "fp8":
+        wdt = "fp8"
+    attn_bias = bool(d.get("attention_bias", False))
+    qwen = mtype.startswith("qwen2")
+    fields: dict[str, Any] = {
+        "name": d.get("_name", name),
+        "hidden_size": hidden,
+        "num_layers": _req(d, name, "num_hidden_layers", "n_layer"),
+        "num_heads": heads,
+        "num_kv_heads": d.get("num_key_value_heads", 1 if d.get("multi_query") else None),
+        "head_dim": d.get("head_dim"),
+        "intermediate_size": inter,
+        "gated_mlp": gated,
+        "activation": _ACTS[act],
+        "vocab_size": _req(d, name, "vocab_size"),
+        "tie_embeddings": bool(d.get("tie_word_embeddings", False)),
+        "norm": "layer" if ("layer_norm_eps" in d or "layer_norm_epsilon" in d)
+        and "rms_norm_eps" not in d else "rms",
+        "rotary": True,
+        "max_position_embeddings": d.get("max_position_embeddings", d.get("n_positions")),
+        "qkv_bias": attn_bias or qwen,
+        "o_bias": attn_bias,
+        "mlp_bias": bool(d.get("mlp_bias", False)) or mtype == "gpt_oss",
+        "attention_sinks": mtype == "gpt_oss",
+        "sliding_window": window if sliding else None,
+        "num_sliding_layers": sliding,
+        "num_experts": experts,
+        "experts_per_token": int(d.get("num_experts_per_tok", d.get("experts_per_token", 0))
+                                 or 0) if experts else 0,
+        "expert_intermediate_size": d.get("moe_intermediate_size") if experts else None,
+        "shared_expert_intermediate_size": int(d.get("shared_expert_intermediate_size", 0)
+                                               or 0) if experts else 0,
+        "router_bias": mtype == "gpt_oss",
+        "weight_dtype": wdt,
+        "expert_weight_dtype": "fp4" if experts and method == "mxfp4" else None,
+        "source": str(d.get("_source", "")),
+    }
+    if d.get("n_positions") is not None and mtype in ("gpt2", "gpt_neo", "gptj", "opt"):
+        raise PerfmodelError(f"{name}: model_type", f"{mtype} uses learned absolute positions, "
+                             "which are not modelled", "use a rotary-position model")
+    try:
+        return TransformerConfig(**fields)
+    except ValidationError as exc:
+        raise _as_error(exc, name) from None
+
+
+def _as_error(exc: ValidationError, name: str) -> PerfmodelError:
+    err = exc.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ())) or "config"
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return PerfmodelError(f"{name}: {loc}", msg + more, "fix the value in the config file")
+
+
+# ---------------------------------------------------------------------- presets
+def presets_dir() -> Path:
+    """Folder of the bundled preset ``config.json`` files."""
+    return Path(__file__).resolve().parent / "presets"
+
+
+@functools.lru_cache(maxsize=1)
+def _preset_index() -> dict[str, tuple[Path, tuple[str, ...]]]:
+    """Preset id -> (path, aliases such as the Hugging Face repository id)."""
+    out: dict[str, tuple[Path, tuple[str, ...]]] = {}
+    for path in sorted(presets_dir().glob("*.json")):
+        with path.open(encoding="utf-8") as fh:
+            d = json.load(fh)
+        aliases = tuple(str(a).lower() for a in d.get("_aliases", ()))
+        out[path.stem] = (path, aliases)
+    return out
+
+
+def list_models() -> list[str]:
+    """Ids of the bundled presets, sorted."""
+    return sorted(_preset_index())
+
+
+@functools.lru_cache(maxsize=64)
+def _load_preset(model_id: str) -> TransformerConfig:
+    path = _preset_index()[model_id][0]
+    with path.open(encoding="utf-8") as fh:
+        d = json.load(fh)
+    return from_hf_dict({**d, "_name": model_id}, name=model_id)
+
+
+def _resolve(name: str) -> str | None:
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    index = _preset_index()
+    if key in index:
+        return key
+    for model_id, (_, aliases) in index.items():
+        if key in aliases or key.split("/")[-1] in aliases:
+            return model_id
+    return None
+
+
+def load_model(name_or_path: str | Path | TransformerConfig) -> TransformerConfig:
+    """A bundled preset by id (``llama-2-7b``; Hugging Face repo ids work too) or a
+    Hugging Face ``config.json`` on disk. A config passes through unchanged."""
+    if isinstance(name_or_path, TransformerConfig):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if isinstance(name_or_path, Path) or text.endswith(".json") or path.is_file() \
+            or path.is_dir():
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise PerfmodelError("model", f"no such file: {path}",
+                                 "pass a preset id (perfmodel model --list) or a config.json")
+        try:
+            with path.open(encoding="utf-8") as fh:
+                d = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise PerfmodelError(str(path), f"not valid JSON ({exc.msg}, line {exc.lineno})",
+                                 "check the file is a config.json") from None
+        if not isinstance(d, dict):
+            raise PerfmodelError(str(path), "expected a JSON object", "pass a config.json")
+        return from_hf_dict(d, name=path.name if path.name != "config.json" else str(path))
+    model_id = _resolve(text)
+    if model_id is None:
+        close = difflib.get_close_matches(text.lower(), list_models(), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise PerfmodelError("model", f"unknown model '{text}'",
+                             f"{hint}bundled: {', '.join(list_models())}; or pass a "
+                             "config.json path")
+    return _load_preset(model_id)
+

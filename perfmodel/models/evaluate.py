@@ -1,0 +1,181 @@
+"""Evaluate op graphs on one GPU in a few vectorised calls.
+
+Ops of the same type and static arguments (dtype, kind, causal...) are gathered from every
+graph passed in, their shape fields flattened and concatenated, and predicted in one
+:func:`perfmodel.predict` call; a prefill graph, a decode graph over several context
+points and a 1,000-point sweep all cost one call per op group.
+
+Dtype fallbacks, decided here because they depend on the GPU:
+
+- A GEMM whose weight dtype the GPU has no peak for (fp8 on A100, fp4 on H100) runs in the
+  activation dtype with the weights read at their stored width and upcast in the kernel
+  (weight-only quantisation, Marlin-style): the stand-in GEMM's memory time and bytes are
+  scaled by the ratio of the two minimum traffics; latency = stand-in latency − max(c, m)
+  + max(c, m'). A GEMM whose weight dtype the GPU supports runs in it (activations
+  quantised on the fly; the quantise kernel is not counted).
+- Attention with a KV-cache dtype the GPU has no peak for: the same, on the K/V bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfmodel.dtypes import bytes_per_element
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.models.graph import GraphOp
+from perfmodel.ops import Attention, Gemm, Op
+from perfmodel.ops.cost import Array
+from perfmodel.timing import predict
+from perfmodel.timing.prediction import Prediction, make_prediction
+
+__all__ = ["FIELDS", "GraphTiming", "evaluate_graphs"]
+
+Labels = np.ndarray[Any, np.dtype[np.str_]]
+#: Per-instance numbers of every op, in this order in ``GraphTiming.values``.
+FIELDS = ("latency_s", "compute_s", "memory_s", "overhead_s", "flops", "bytes")
+
+
+@dataclass(frozen=True)
+class GraphTiming:
+    """Timings of one graph: row i is op i of the graph, per instance (not × count).
+
+    ``values[f]`` and ``counts`` have shape (ops, *points); ``bottleneck`` likewise.
+    """
+
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    counts: Array
+    values: dict[str, Array]
+    bottleneck: Labels
+
+
+_SHAPE_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _shape_fields(cls: type) -> frozenset[str]:
+    """Constructor arguments of an op class that are shape arrays (annotated ``Array``)."""
+    found = _SHAPE_FIELDS.get(cls)
+    if found is None:
+        found = frozenset(f.name for f in dataclasses.fields(cls) if "Array" in str(f.type))
+        _SHAPE_FIELDS[cls] = found  # a cache keyed by class: same answer every time
+    return found
+
+
+def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str | None]:
+    """Arguments of a predictable stand-in for ``g`` on ``hw``, the ratio of real to
+    stand-in memory traffic (None if unchanged) and a note."""
+    args = g.args
+    if g.kind is Gemm:
+        w, a = str(args["dtype"]), str(args.get("out_dtype") or args["dtype"])
+        if w not in hw.peaks and a in hw.peaks and bytes_per_element(w) < bytes_per_element(a):
+            s_w, s_a = bytes_per_element(w), bytes_per_element(a)
+            m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
+            b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
+            b_mats = 1.0 if args.get("shared_b") else b
+            out = s_a * b * m * n + (s_a * n if args.get("bias") else 0.0)
+            real = s_a * b * m * k + s_w * b_mats * k * n + out
+            stand = s_a * b * m * k + s_a * b_mats * k * n + out
+            return ({**args, "dtype": a}, real / stand,
+                    f"{hw.id} has no {w} matmul: {w} weights are upcast to {a} in the kernel "
+                    f"(weight-only quantisation), read at {s_w:g} B/element")
+    if g.kind is Attention:
+        a, kvd = str(args["dtype"]), str(args.get("kv_dtype") or args["dtype"])
+        if kvd not in hw.peaks and a in hw.peaks:
+            s_a = bytes_per_element(a)
+            scale = bytes_per_element(kvd) / s_a
+            hq, sq = np.asarray(args["heads"]), np.asarray(args["seq_q"])
+            d = np.asarray(args["head_dim"])
+            qo = 2.0 * hq * sq * d
+            kv = 2.0 * np.asarray(args["kv_heads"]) * np.asarray(args["seq_kv"]) * d
+            return ({**args, "kv_dtype": a}, (qo + kv * scale) / (qo + kv),
+                    f"{hw.id} has no {kvd} peak: the {kvd} KV cache is dequantised to {a} "
+                    "inside attention")
+    return args, None, None
+
+
+def _adjust(p: Prediction, ratio: Array, hw: HardwareSpec) -> Prediction:
+    """Scale the memory part of ``p`` by ``ratio`` (see the module docstring)."""
+    c, m = np.asarray(p.compute_s), np.asarray(p.memory_s)
+    m2 = m * ratio
+    lat = np.asarray(p.latency_s) - np.maximum(c, m) + np.maximum(c, m2)
+    return make_prediction(
+        op=p.op, hardware=p.hardware, dtype=p.dtype, compute_s=c, memory_s=m2,
+        overhead_s=p.overhead_s, latency_s=lat, flops=p.flops,
+        bytes_=np.asarray(p.bytes) * ratio, bytes_min=np.asarray(p.bytes_min) * ratio,
+        peak=hw.peak(p.dtype), bandwidth=hw.memory.bandwidth, ridge_point=p.ridge_point,
+        details=p.details)
+
+
+def _flat(x: Any, shape: tuple[int, ...], size: int) -> Array:
+    """``x`` broadcast to ``shape`` and flattened (fast paths for the common cases)."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.shape == shape:
+        return a.reshape(-1)
+    if a.ndim == 0:
+        return np.full(size, float(a))
+    return np.broadcast_to(a, shape).reshape(-1)
+
+
+def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
+                    hw: HardwareSpec) -> tuple[list[GraphTiming], list[str]]:
+    """Predict every op of every ``(graph, points shape)`` on ``hw``, one predict call
+    per op group across all graphs. Returns one :class:`GraphTiming` per graph and the
+    notes on dtype fallbacks taken."""
+    notes: list[str] = []
+    members: dict[tuple[Any, ...], list[tuple[int, int, dict[str, Any], Any]]] = {}
+    for gi, (graph, _) in enumerate(graphs):
+        for oi, g in enumerate(graph):
+            args, ratio, note = _substitute(g, hw)
+            if note and note not in notes:
+                notes.append(note)
+            shape_f = _shape_fields(g.kind)
+            key = (g.kind, tuple(sorted((k, v) for k, v in args.items() if k not in shape_f)))
+            members.setdefault(key, []).append((gi, oi, args, ratio))
+    out_vals = [{f: np.empty((len(graph), math.prod(shape))) for f in FIELDS}
+                for graph, shape in graphs]
+    out_labels = [np.empty((len(graph), math.prod(shape)), dtype="<U8")
+                  for graph, shape in graphs]
+    kinds: list[list[str]] = [[""] * len(graph) for graph, _ in graphs]
+    for (cls, static), group in members.items():
+        shape_f = _shape_fields(cls)
+        sizes = [math.prod(graphs[gi][1]) for gi, _, _, _ in group]
+        flat: dict[str, Array] = {}
+        for name in sorted({k for _, _, args, _ in group for k in args if k in shape_f}):
+            flat[name] = np.concatenate([
+                _flat(args[name], graphs[gi][1], size)
+                for (gi, _, args, _), size in zip(group, sizes, strict=True)])
+        op: Op = cls(**dict(static), **flat)
+        with np.errstate(divide="ignore", invalid="ignore"):  # free ops (1-GPU all-reduce)
+            p = predict(op, hw)
+        if any(r is not None for _, _, _, r in group):
+            ratio = np.concatenate([_flat(1.0 if r is None else r, graphs[gi][1], size)
+                                    for (gi, _, _, r), size in zip(group, sizes, strict=True)])
+            p = _adjust(p, ratio, hw)
+        total = sum(sizes)
+        vals = {f: _flat(getattr(p, f), (total,), total) for f in FIELDS}
+        labels = np.asarray(p.bottleneck).reshape(-1)
+        if labels.size != total:
+            labels = np.broadcast_to(labels, (total,))
+        start = 0
+        for (gi, oi, _, _), size in zip(group, sizes, strict=True):
+            sl = slice(start, start + size)
+            for f in FIELDS:
+                out_vals[gi][f][oi] = vals[f][sl]
+            out_labels[gi][oi] = labels[sl]
+            kinds[gi][oi] = op.name
+            start += size
+    result = []
+    for gi, (graph, shape) in enumerate(graphs):
+        full = (len(graph), *shape)
+        counts = np.stack([np.broadcast_to(np.asarray(g.count, dtype=np.float64), shape)
+                           for g in graph]) if graph else np.zeros(full)
+        result.append(GraphTiming(
+            names=tuple(g.name for g in graph), kinds=tuple(kinds[gi]), counts=counts,
+            values={f: v.reshape(full) for f, v in out_vals[gi].items()},
+            bottleneck=out_labels[gi].reshape(full)))
+    return result, notes

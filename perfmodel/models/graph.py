@@ -1,0 +1,288 @@
+"""Op graphs: a transformer config and a phase become the ordered ops of one forward pass.
+
+Every layer is the same, so the graph lists each per-layer op once with ``count`` = the
+layers it occurs in (× per-layer repeats); the time of the pass is Σ count·latency. Shapes
+are numpy arrays (batch, lengths, TP degree may all be arrays and broadcast), so one op
+object stands for a whole sweep. Everything here is per GPU under tensor parallelism.
+
+Conventions (an inference server such as vLLM, stated so they can be argued with):
+
+- QKV and gate/up projections are fused GEMMs; a linear layer is
+  ``Gemm(m=tokens, n=out_features, k=in_features, shared_b=True)``.
+- Prefill computes logits for the last position of each sequence only (m = batch).
+- Tensor parallelism t shards query heads, KV heads (replicated when t > H_kv), the MLP
+  and expert widths, and the vocabulary; an all-reduce of tokens·h follows the O projection,
+  the MLP and the (vocab-parallel) embedding. The logits all-gather is not modelled.
+- MoE: a router GEMM and top-k softmax, a token permute, grouped expert GEMMs with the
+  tokens spread evenly over the experts they touch (perfect balance), a weighted combine.
+  Experts touched by T tokens choosing k of E: E·(1 − (1 − k/E)^T) (independent uniform
+  routing), rounded; all their weights are read.
+- Sliding-window layers (window W): a query at position p sees min(p + 1, W) keys. Prefill
+  is split into the first queries (a causal triangle) and the rest (a W-wide band, computed
+  as non-causal attention over W keys; its K/V traffic counts W keys, not the band's
+  S + W). Decode reads min(context, W) keys.
+- Residual adds and norms are separate kernels (servers often fuse them: a slight
+  overestimate of small-op time).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import DType
+from perfmodel.models.config import TransformerConfig
+from perfmodel.ops import (
+    Activation,
+    AllReduce,
+    Attention,
+    Elementwise,
+    Embedding,
+    Gemm,
+    Norm,
+    Op,
+    Rotary,
+    Softmax,
+)
+from perfmodel.ops.cost import Array
+
+__all__ = ["Dtypes", "GraphOp", "decode_graph", "experts_touched", "prefill_graph",
+           "tp_heads"]
+
+Phase = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    """Storage dtypes chosen independently: linear weights, expert weights, activations
+    (and the matmul inputs when the weights are not narrower), KV cache."""
+
+    weight: DType = "bf16"
+    activation: DType = "bf16"
+    kv: DType = "bf16"
+    expert: DType = "bf16"
+
+
+@dataclass(frozen=True)
+class GraphOp:
+    """One op of the graph: ``count`` occurrences per forward pass (per GPU).
+
+    The op is kept as its class and constructor arguments (``op`` builds it on first use),
+    so that evaluation can concatenate the shape fields of many ops into one call.
+    ``count`` is a number, or an array over the sweep points (0 where the op does not
+    occur, e.g. the band part of a sliding-window prefill shorter than the window).
+    ``layer`` is True for ops repeated in every (or every sliding/full) layer.
+    """
+
+    name: str
+    kind: type[Op]
+    args: dict[str, Any]
+    count: float | Array
+    layer: bool = True
+
+    @functools.cached_property
+    def op(self) -> Op:
+        """The op object (validated by its constructor)."""
+        return self.kind(**self.args)
+
+
+def _g(_name: str, _cls: type[Op], _count: float | Array, _layer: bool = True,
+       **args: Any) -> GraphOp:
+    return GraphOp(_name, _cls, args, _count, _layer)
+
+
+def tp_heads(cfg: TransformerConfig, tp: Array) -> tuple[Array, Array]:
+    """Query and KV heads per GPU under TP degree ``tp`` (KV heads replicated when
+    tp > H_kv). Raises if ``tp`` does not divide the query heads, or KV heads and tp
+    divide neither way."""
+    t = np.asarray(tp, dtype=np.float64)
+    if t.ndim == 0 and float(t) == 1.0:  # the common case, fast
+        return np.asarray(float(cfg.num_heads)), np.asarray(float(cfg.num_kv_heads))
+    if np.any(t < 1) or np.any(t != np.round(t)):
+        raise PerfmodelError("tp", "must be a whole number ≥ 1", "e.g. --tp 2")
+    if np.any(cfg.num_heads % t != 0):
+        bad = int(t[cfg.num_heads % t != 0].flat[0]) if t.ndim else int(t)
+        raise PerfmodelError("tp", f"tp={bad} does not divide the {cfg.num_heads} query heads "
+                             f"of {cfg.name}", "pick a tp dividing the head count (1, 2, 4, 8)")
+    kv = cfg.num_kv_heads
+    ok = (kv % t == 0) | (t % kv == 0)
+    if not np.all(ok):
+        bad = int(np.broadcast_to(t, ok.shape)[~ok].flat[0]) if np.ndim(ok) else int(t)
+        raise PerfmodelError("tp", f"tp={bad} and the {kv} KV heads of {cfg.name} divide "
+                             "neither way", "pick a tp that divides, or is a multiple of, "
+                             "the KV head count")
+    return cfg.num_heads / t, np.maximum(kv / t, 1.0)
+
+
+def experts_touched(cfg: TransformerConfig, tokens: Array) -> Array:
+    """Expected distinct experts T tokens route to, E·(1 − (1 − k/E)^T), rounded (≥ 1)."""
+    e, k = float(cfg.num_experts), float(cfg.experts_per_token)
+    expected = e * (1.0 - (1.0 - k / e) ** np.asarray(tokens, dtype=np.float64))
+    return np.asarray(np.clip(np.round(expected), 1.0, e), dtype=np.float64)
+
+
+def _act_kind(cfg: TransformerConfig) -> str:
+    if not cfg.gated_mlp:
+        return cfg.activation
+    return "gelu_mul" if cfg.activation == "gelu" else "silu_mul"
+
+
+def _mlp(cfg: TransformerConfig, prefix: str, tokens: Array, width: Array, dt: Dtypes,
+         count: float) -> list[GraphOp]:
+    """Dense MLP of ``width`` (already divided by TP) on ``tokens`` rows."""
+    h, a, w = cfg.hidden_size, dt.activation, dt.weight
+    up_n = (2.0 if cfg.gated_mlp else 1.0) * width
+    up_name = "gate_up_proj" if cfg.gated_mlp else "up_proj"
+    act_name = "act_mul" if cfg.gated_mlp else "act"
+    return [
+        _g(prefix + up_name, Gemm, count, m=tokens, n=up_n, k=h, dtype=w, out_dtype=a,
+           shared_b=True, bias=cfg.mlp_bias),
+        _g(prefix + act_name, Activation, count, tokens=tokens, width=width,
+           kind=_act_kind(cfg), dtype=a),
+        _g(prefix + "down_proj", Gemm, count, m=tokens, n=h, k=width, dtype=w, out_dtype=a,
+           shared_b=True, bias=cfg.mlp_bias),
+    ]
+
+
+def _moe(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes) -> list[GraphOp]:
+    h, a, layers = cfg.hidden_size, dt.activation, float(cfg.num_layers)
+    e, k = float(cfg.num_experts), float(cfg.experts_per_token)
+    width = np.ceil(cfg.expert_width / t)
+    touched = experts_touched(cfg, tokens)
+    per_expert = np.ceil(tokens * k / touched)
+    up_n = (2.0 if cfg.gated_mlp else 1.0) * width
+    ops = [
+        _g("router", Gemm, layers, m=tokens, n=e, k=h, dtype=a, shared_b=True,
+           bias=cfg.router_bias),
+        _g("router_topk", Softmax, layers, rows=tokens, cols=e, dtype=a),
+        _g("moe_permute", Elementwise, layers, numel=tokens * (k * h), reads=1.0, writes=1.0,
+           flops_per_element=0.0, dtype=a, kind="moe_permute"),
+        _g("experts_gate_up" if cfg.gated_mlp else "experts_up", Gemm, layers, m=per_expert,
+           n=up_n, k=h, batch=touched, dtype=dt.expert, out_dtype=a, bias=cfg.mlp_bias),
+        _g("experts_act", Activation, layers, tokens=tokens * k, width=width,
+           kind=_act_kind(cfg), dtype=a),
+        _g("experts_down", Gemm, layers, m=per_expert, n=h, k=width, batch=touched,
+           dtype=dt.expert, out_dtype=a, bias=cfg.mlp_bias),
+        _g("moe_combine", Elementwise, layers, numel=tokens * h, reads=k, writes=1.0,
+           flops_per_element=2.0 * k, dtype=a, kind="moe_combine"),
+    ]
+    if cfg.shared_expert_intermediate_size:
+        ops += _mlp(cfg, "shared_", tokens, np.ceil(cfg.shared_expert_intermediate_size / t),
+                    dt, layers)
+    return ops
+
+
+def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
+               attention: list[GraphOp], tp_active: bool) -> list[GraphOp]:
+    """The ops of every layer in order, with ``attention`` given by the phase."""
+    h, a, w, layers = cfg.hidden_size, dt.activation, dt.weight, float(cfg.num_layers)
+    heads, kv = tp_heads(cfg, t)
+    d = cfg.head_dim
+    ops = [
+        _g("input_norm", Norm, layers, tokens=tokens, hidden=h, kind=cfg.norm, dtype=a),
+        _g("qkv_proj", Gemm, layers, m=tokens, n=(heads + 2.0 * kv) * d, k=h, dtype=w,
+           out_dtype=a, shared_b=True, bias=cfg.qkv_bias),
+    ]
+    if cfg.rotary:
+        ops.append(_g("rotary", Rotary, layers, tokens=tokens, heads=heads, kv_heads=kv,
+                      head_dim=d, dtype=a))
+    ops += attention
+    ops.append(_g("o_proj", Gemm, layers, m=tokens, n=h, k=heads * d, dtype=w, out_dtype=a,
+                  shared_b=True, bias=cfg.o_bias))
+    if tp_active:
+        ops.append(_g("attn_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a))
+    ops.append(_g("residual_add", Elementwise, 2.0 * layers, numel=tokens * h, reads=2.0,
+                  writes=1.0, flops_per_element=1.0, dtype=a, kind="residual_add"))
+    ops.append(_g("post_attn_norm", Norm, layers, tokens=tokens, hidden=h, kind=cfg.norm,
+                  dtype=a))
+    if cfg.is_moe:
+        ops += _moe(cfg, tokens, t, dt)
+    else:
+        ops += _mlp(cfg, "", tokens, np.ceil(cfg.intermediate_size / t), dt, layers)
+    if tp_active:
+        ops.append(_g("mlp_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a))
+    return ops
+
+
+def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dtypes,
+          attention: list[GraphOp]) -> list[GraphOp]:
+    h, a = cfg.hidden_size, dt.activation
+    tp_active = bool(np.any(t > 1))
+    vocab_t = np.ceil(cfg.vocab_size / t)
+    ops = [_g("embedding", Embedding, 1.0, False, tokens=tokens, hidden=h, vocab=vocab_t,
+              dtype=a)]
+    if tp_active:
+        ops.append(_g("embed_allreduce", AllReduce, 1.0, False, numel=tokens * h, gpus=t,
+                      dtype=a))
+    ops += _layer_ops(cfg, tokens, t, dt, attention, tp_active)
+    ops.append(_g("final_norm", Norm, 1.0, False, tokens=tokens, hidden=h, kind=cfg.norm,
+                  dtype=a))
+    ops.append(_g("lm_head", Gemm, 1.0, False, m=batch, n=vocab_t, k=h, dtype=a,
+                  out_dtype=a, shared_b=True, bias=False))
+    return ops
+
+
+def _arr(x: Any, name: str, minimum: float = 1.0) -> Array:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < minimum) \
+            or np.any(arr != np.round(arr)):
+        raise PerfmodelError(name, f"must be whole numbers ≥ {minimum:g}, got {x!r}",
+                             "pass positive integers")
+    return arr
+
+
+def _attn(name: str, count: float | Array, **args: Any) -> GraphOp:
+    return _g(name, Attention, count, **args)
+
+
+def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_prefix: Any = 0,
+                  tp: Any = 1, dtypes: Dtypes | None = None,
+                  attention_impl: str = "flash") -> list[GraphOp]:
+    """Ops of a prefill of ``prompt_len`` new tokens per sequence after ``cached_prefix``
+    tokens already in the KV cache (prefix caching), ``batch`` sequences."""
+    dt = dtypes or Dtypes()
+    b, p = _arr(batch, "batch"), _arr(prompt_len, "prompt_len")
+    c, t = _arr(cached_prefix, "cached_prefix", 0.0), _arr(tp, "tp")
+    heads, kv = tp_heads(cfg, t)
+    common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
+              "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl}
+    attn: list[GraphOp] = []
+    if cfg.num_full_layers:
+        attn.append(_attn("attention", float(cfg.num_full_layers), seq_q=p, seq_kv=c + p,
+                          causal=True, **common))
+    if cfg.num_sliding_layers:
+        w = float(cfg.sliding_window or 1)
+        n = float(cfg.num_sliding_layers)
+        tri = np.clip(w - c, 0.0, p)  # queries at positions < W: a causal triangle
+        band = p - tri                # queries at positions ≥ W: W keys each
+        attn.append(_attn("attention_sliding", np.where(tri > 0, n, 0.0),
+                          seq_q=np.maximum(tri, 1.0), seq_kv=c + np.maximum(tri, 1.0),
+                          causal=True, **common))
+        attn.append(_attn("attention_sliding", np.where(band > 0, n, 0.0),
+                          seq_q=np.maximum(band, 1.0), seq_kv=w + 0.0 * band, causal=False,
+                          **common))
+    return _wrap(cfg, b * p, b, t, dt, attn)
+
+
+def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,
+                 dtypes: Dtypes | None = None, attention_impl: str = "flash") -> list[GraphOp]:
+    """Ops of one decode step: ``batch`` sequences each adding one token to a KV cache
+    that then holds ``context_len`` tokens (the new one included)."""
+    dt = dtypes or Dtypes()
+    b, ctx, t = _arr(batch, "batch"), _arr(context_len, "context_len"), _arr(tp, "tp")
+    heads, kv = tp_heads(cfg, t)
+    common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
+              "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
+              "seq_q": 1.0, "causal": True}
+    attn: list[GraphOp] = []
+    if cfg.num_full_layers:
+        attn.append(_attn("attention", float(cfg.num_full_layers), seq_kv=ctx, **common))
+    if cfg.num_sliding_layers:
+        w = float(cfg.sliding_window or 1)
+        attn.append(_attn("attention_sliding", float(cfg.num_sliding_layers),
+                          seq_kv=np.minimum(ctx, w), **common))
+    return _wrap(cfg, b, b, t, dt, attn)

@@ -1,0 +1,194 @@
+"""Device memory per GPU: weights, KV cache, activations, a stated reserve, what fits.
+
+- Weights: linear weights at the weight dtype (experts at the expert dtype); embedding,
+  LM head, norms, router, biases and sinks at the activation dtype. Tensor parallelism t
+  divides attention (KV heads: max(H_kv/t, 1) of them per GPU), MLP, experts and vocabulary;
+  norms, router and sinks are replicated. Quantisation scales are not counted.
+- KV cache: 2·kv_heads_per_gpu·D·s_kv bytes per token per layer; full-attention layers keep
+  every token of the context, sliding-window layers at most W.
+- Activations (peak during a forward of T tokens, no autograd): the residual stream and the
+  normed copy, 2·T·h, plus the larger of the attention block (QKV out + attention out) and
+  the MLP block (gate/up out + activation out; MoE: permuted tokens k·T·h plus the expert
+  intermediates), at the activation dtype; plus fp32 logits for the last position,
+  4·batch·V/t. Whole-prompt prefill (no chunking), so T = batch·prompt.
+- Reserve: ``reserve_fraction`` of capacity plus ``reserve_bytes`` (CUDA context, cuBLAS
+  workspace, allocator fragmentation); 10 % + 1 GiB unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfmodel.dtypes import bytes_per_element
+from perfmodel.models.config import TransformerConfig
+from perfmodel.models.graph import Dtypes, tp_heads
+from perfmodel.ops.cost import Array
+from perfmodel.timing.prediction import Value, as_value
+
+__all__ = ["DEFAULT_RESERVE_BYTES", "DEFAULT_RESERVE_FRACTION", "MemoryEstimate",
+           "activation_bytes", "estimate_memory", "kv_cache_bytes", "weight_bytes"]
+
+DEFAULT_RESERVE_FRACTION = 0.10
+DEFAULT_RESERVE_BYTES = float(2**30)
+
+
+def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = None) -> Array:
+    """Weight bytes held by each GPU under TP degree ``tp``."""
+    dt = dtypes or Dtypes()
+    t = np.asarray(tp, dtype=np.float64)
+    _, kv_t = tp_heads(cfg, t)
+    h, layers = cfg.hidden_size, cfg.num_layers
+    s_w, s_a = bytes_per_element(dt.weight), bytes_per_element(dt.activation)
+    s_e = bytes_per_element(dt.expert)
+    kv_share = kv_t / cfg.num_kv_heads  # fraction of the K/V projections each GPU holds
+    q_o = 2.0 * h * cfg.q_width / t
+    k_v = 2.0 * h * cfg.kv_width * kv_share
+    attn_bias = ((cfg.q_width / t + 2.0 * cfg.kv_width * kv_share) if cfg.qkv_bias else 0.0) \
+        + (h if cfg.o_bias else 0.0) + (cfg.num_heads / t if cfg.attention_sinks else 0.0)
+    per_layer = (q_o + k_v) * s_w + attn_bias * s_a
+    mats = 3.0 if cfg.gated_mlp else 2.0
+
+    def mlp(width: float, s: float) -> Array:
+        bias = ((mats - 1.0) * width / t + h) if cfg.mlp_bias else 0.0
+        return np.asarray(mats * h * width / t * s + bias * s_a)
+
+    if cfg.is_moe:
+        per_layer = per_layer + cfg.num_experts * mlp(cfg.expert_width, s_e)
+        per_layer = per_layer + (h * cfg.num_experts + cfg.num_experts) * s_a
+        if cfg.shared_expert_intermediate_size:
+            per_layer = per_layer + mlp(cfg.shared_expert_intermediate_size, s_w)
+    else:
+        per_layer = per_layer + mlp(cfg.intermediate_size, s_w)
+    norm = h * (2.0 if cfg.norm == "layer" else 1.0) * s_a
+    per_layer = per_layer + 2.0 * norm
+    vocab = cfg.vocab_size * h / t * s_a * (1.0 if cfg.tie_embeddings else 2.0)
+    return np.asarray(layers * per_layer + norm + vocab, dtype=np.float64)
+
+
+def kv_bytes_per_token(cfg: TransformerConfig, tp: Any = 1, kv_dtype: str = "bf16") -> Array:
+    """KV cache bytes per token of context in full-attention layers, per GPU:
+    2·layers·kv_heads·D·s_kv (kv_heads per GPU under TP)."""
+    _, kv_t = tp_heads(cfg, np.asarray(tp, dtype=np.float64))
+    return 2.0 * cfg.num_full_layers * kv_t * cfg.head_dim * bytes_per_element(kv_dtype)
+
+
+def kv_cache_bytes(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,
+                   kv_dtype: str = "bf16") -> Array:
+    """KV cache of ``batch`` sequences of ``context_len`` tokens, bytes per GPU."""
+    _, kv_t = tp_heads(cfg, np.asarray(tp, dtype=np.float64))
+    per_layer_token = 2.0 * kv_t * cfg.head_dim * bytes_per_element(kv_dtype)
+    ctx = np.asarray(context_len, dtype=np.float64)
+    window = float(cfg.sliding_window or 0)
+    tokens = cfg.num_full_layers * ctx + cfg.num_sliding_layers * np.minimum(ctx, window)
+    return np.asarray(np.asarray(batch, dtype=np.float64) * tokens * per_layer_token)
+
+
+def activation_bytes(cfg: TransformerConfig, batch: Any, tokens_per_seq: Any, tp: Any = 1,
+                     dtypes: Dtypes | None = None) -> Array:
+    """Peak activation bytes of a forward of ``batch`` × ``tokens_per_seq`` tokens, per GPU
+    (formula in the module docstring)."""
+    dt = dtypes or Dtypes()
+    t = np.asarray(tp, dtype=np.float64)
+    heads, kv = tp_heads(cfg, t)
+    b = np.asarray(batch, dtype=np.float64)
+    tokens = b * np.asarray(tokens_per_seq, dtype=np.float64)
+    h, d = cfg.hidden_size, cfg.head_dim
+    attn = (2.0 * heads + 2.0 * kv) * d
+    up = 2.0 if cfg.gated_mlp else 1.0
+    if cfg.is_moe:
+        k = cfg.experts_per_token
+        mlp = k * h + k * (up + 1.0) * np.ceil(cfg.expert_width / t)
+    else:
+        mlp = (up + 1.0) * np.ceil(cfg.intermediate_size / t)
+    per_token = (2.0 * h + np.maximum(attn, mlp)) * bytes_per_element(dt.activation)
+    logits = 4.0 * b * np.ceil(cfg.vocab_size / t)
+    return np.asarray(tokens * per_token + logits, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Memory per GPU, bytes (floats for scalar inputs, arrays for array inputs).
+
+    ``fits``: weights + KV cache + activations + reserve ≤ capacity. ``max_batch``: the most
+    sequences of this context (and prompt) that fit; ``max_context``: the longest context
+    (KV cache) that fits at this batch with the activations of this prompt. Both 0 when the
+    weights alone do not fit.
+    """
+
+    capacity_bytes: float
+    reserve_bytes: float
+    weights_bytes: Value
+    kv_cache_bytes: Value
+    activation_bytes: Value
+    total_bytes: Value
+    fits: bool | np.ndarray[Any, np.dtype[np.bool_]]
+    max_batch: Value
+    max_context: Value
+    kv_bytes_per_token: Value
+
+    def explain(self) -> str:
+        """One line with the numbers (first point for array inputs)."""
+        def first(x: Value) -> float:
+            return float(np.asarray(x).flat[0])
+        gb = 1e9
+        need = first(self.total_bytes)
+        verdict = "fits" if need <= self.capacity_bytes else "does NOT fit"
+        return (f"{verdict}: {need / gb:.1f} GB needed (weights "
+                f"{first(self.weights_bytes) / gb:.1f} + KV cache "
+                f"{first(self.kv_cache_bytes) / gb:.1f} + activations "
+                f"{first(self.activation_bytes) / gb:.1f} + reserve {self.reserve_bytes / gb:.1f})"
+                f" of {self.capacity_bytes / gb:.1f} GB per GPU")
+
+    def to_dict(self) -> dict[str, Any]:
+        def conv(x: Any) -> Any:
+            arr = np.asarray(x)
+            return arr.tolist() if arr.ndim else arr.item()
+        return {name: conv(getattr(self, name)) for name in (
+            "weights_bytes", "kv_cache_bytes", "activation_bytes", "reserve_bytes",
+            "total_bytes", "capacity_bytes", "fits", "max_batch", "max_context",
+            "kv_bytes_per_token")}
+
+
+def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, context_len: Any,
+                    prompt_len: Any, tp: Any = 1, dtypes: Dtypes | None = None,
+                    reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+                    reserve_bytes: float = DEFAULT_RESERVE_BYTES) -> MemoryEstimate:
+    """Memory of ``batch`` sequences holding ``context_len`` tokens of KV cache, the
+    activation peak being that of a ``prompt_len`` prefill (per GPU, TP degree ``tp``)."""
+    dt = dtypes or Dtypes()
+    if not 0 <= reserve_fraction < 1 or reserve_bytes < 0:
+        from perfmodel._errors import PerfmodelError
+        raise PerfmodelError("reserve", "reserve_fraction must be in [0, 1) and reserve_bytes "
+                             "≥ 0", "e.g. reserve_fraction=0.1, reserve_bytes=2**30")
+    reserve = reserve_fraction * capacity_bytes + reserve_bytes
+    b = np.asarray(batch, dtype=np.float64)
+    ctx = np.asarray(context_len, dtype=np.float64)
+    w = weight_bytes(cfg, tp, dt)
+    kv = kv_cache_bytes(cfg, b, ctx, tp, dt.kv)
+    act = activation_bytes(cfg, b, prompt_len, tp, dt)
+    total = w + kv + act + reserve
+    avail = capacity_bytes - reserve - w
+    # per sequence: KV cache + activations (both linear in batch)
+    per_seq = kv_cache_bytes(cfg, 1.0, ctx, tp, dt.kv) + activation_bytes(cfg, 1.0, prompt_len,
+                                                                          tp, dt)
+    max_batch = np.where(avail > 0, np.floor(np.maximum(avail, 0.0) / per_seq), 0.0)
+    # longest context at this batch: full layers grow a·c, sliding ones b·min(c, W)
+    room = np.maximum(avail - act, 0.0) / b
+    unit = kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv) / max(cfg.num_layers, 1)  # per layer-token
+    a_full, a_slide = cfg.num_full_layers * unit, cfg.num_sliding_layers * unit
+    win = float(cfg.sliding_window or 0)
+    c1 = room / np.maximum(a_full + a_slide, 1e-30)
+    c2 = np.where(a_full > 0, (room - a_slide * win) / np.maximum(a_full, 1e-30), np.inf)
+    max_ctx = np.where(c1 <= win, c1, c2) if cfg.num_sliding_layers else c1
+    max_ctx = np.where(avail - act > 0, np.floor(max_ctx), 0.0)
+    fits = np.asarray(total <= capacity_bytes)
+    return MemoryEstimate(
+        capacity_bytes=float(capacity_bytes), reserve_bytes=float(reserve),
+        weights_bytes=as_value(w), kv_cache_bytes=as_value(kv), activation_bytes=as_value(act),
+        total_bytes=as_value(total), fits=bool(fits) if fits.ndim == 0 else fits,
+        max_batch=as_value(max_batch), max_context=as_value(max_ctx),
+        kv_bytes_per_token=as_value(kv_bytes_per_token(cfg, tp, dt.kv)),
+    )

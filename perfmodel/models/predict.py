@@ -1,0 +1,411 @@
+"""Model-level predictions: TTFT, TPOT, end-to-end latency, throughput, per-op table, memory.
+
+Definitions (what the numbers mean):
+
+- TTFT: the prefill of the whole prompt of every sequence at once (no chunking), ending
+  with the first token's logits. No queueing, tokenisation, sampling or host gaps.
+- TPOT: time per output token *excluding the first*: the mean of the G − 1 decode steps,
+  the step producing token i + 1 reading a KV cache of P + i tokens (i = 1 … G − 1). The
+  step time is evaluated at ``decode_points`` contexts spread over P + 1 … P + G − 1 and
+  averaged with the trapezoid rule (exact where it is linear in context, as attention is).
+- End-to-end: TTFT + (G − 1)·TPOT. Tokens/s: batch·G / end-to-end (output tokens of the
+  whole batch, static batching).
+- Per-op rows: every op of the graph summed over the layers it occurs in; ``share`` is its
+  fraction of the phase (or request) time; ``bottleneck`` is that of its kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
+from perfmodel.hardware.catalog import load_hardware
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.models.config import TransformerConfig, load_model
+from perfmodel.models.evaluate import GraphTiming, evaluate_graphs
+from perfmodel.models.graph import Dtypes, decode_graph, prefill_graph
+from perfmodel.models.memory import (
+    DEFAULT_RESERVE_BYTES,
+    DEFAULT_RESERVE_FRACTION,
+    MemoryEstimate,
+    estimate_memory,
+)
+from perfmodel.ops.cost import Array
+from perfmodel.timing.prediction import Value, as_value
+
+__all__ = ["ModelPrediction", "OpRow", "PhaseResult", "predict_model", "resolve_dtypes"]
+
+PhaseName = Literal["prefill", "decode", "generate"]
+Label = str | np.ndarray[Any, np.dtype[np.str_]]
+_NUMERIC = ("latency_s", "compute_s", "memory_s", "overhead_s", "flops", "bytes")
+
+
+def _v(x: Array) -> Value:
+    """A 0-d array as a float, else the array (fast :func:`as_value` for float arrays)."""
+    return float(x) if x.ndim == 0 else x
+
+
+def _label(x: Any) -> Label:
+    arr = np.asarray(x)
+    return str(arr) if arr.ndim == 0 else arr.astype(np.str_)
+
+
+def _json(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json(v) for v in x]
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f":
+        clean = np.where(np.isfinite(arr), arr, np.nan).astype(object)
+        clean[~np.isfinite(arr)] = None
+        return clean.tolist() if arr.ndim else clean.item()
+    return arr.tolist() if arr.ndim else arr.item()
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op kind of the model, summed over its occurrences in one pass (or request).
+
+    ``latency_s`` etc. are totals over ``count`` occurrences; ``share`` is the fraction of
+    the pass's time; ``arithmetic_intensity`` = flops / bytes (FLOP/byte).
+    """
+
+    name: str
+    kind: str
+    phase: str
+    count: Value
+    latency_s: Value
+    share: Value
+    compute_s: Value
+    memory_s: Value
+    overhead_s: Value
+    flops: Value
+    bytes: Value
+    arithmetic_intensity: Value
+    bottleneck: Label
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "phase": self.phase}
+        for key in ("count", "latency_s", "share", "compute_s", "memory_s", "overhead_s",
+                    "flops", "bytes", "arithmetic_intensity", "bottleneck"):
+            out[key] = _json(getattr(self, key))
+        return out
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """One forward pass (prefill, or one decode step): totals and the per-op rows."""
+
+    phase: str
+    latency_s: Value
+    compute_s: Value
+    memory_s: Value
+    overhead_s: Value
+    flops: Value
+    bytes: Value
+    ops: tuple[OpRow, ...]
+
+    def op(self, name: str) -> OpRow:
+        """The row called ``name`` (KeyError if the graph has no such op)."""
+        for row in self.ops:
+            if row.name == name:
+                return row
+        raise KeyError(name)
+
+
+def _aggregate(timing: GraphTiming, phase: str, weights: Array | None = None) -> PhaseResult:
+    """Sum a graph's ops into rows by name (count × per-instance value). With ``weights``
+    (trapezoid weights over the last axis, the decode context points) the rows are the
+    weighted mean over that axis; the bottleneck is taken at its middle point."""
+    names: list[str] = []
+    for n in timing.names:
+        if n not in names:
+            names.append(n)
+    index = [names.index(n) for n in timing.names]
+    onehot = np.zeros((len(names), len(index)))
+    onehot[index, np.arange(len(index))] = 1.0
+    contrib = {f: timing.counts * timing.values[f] for f in _NUMERIC}
+    sums = {f: np.tensordot(onehot, contrib[f], axes=(1, 0)) for f in _NUMERIC}
+    first = [index.index(i) for i in range(len(names))]
+    labels = timing.bottleneck[first]
+    counts = timing.counts[first]
+    for i, n in enumerate(names):  # a name with several ops: the bottleneck of the longest
+        rows = [j for j, m in enumerate(timing.names) if m == n]
+        if len(rows) > 1:
+            best = np.argmax(contrib["latency_s"][rows], axis=0)
+            labels[i] = np.take_along_axis(timing.bottleneck[rows], best[None], axis=0)[0]
+            counts[i] = np.max(timing.counts[rows], axis=0)
+    if weights is not None:
+        sums = {f: np.sum(v * weights, axis=-1) for f, v in sums.items()}
+        labels = labels[..., labels.shape[-1] // 2]
+        counts = counts[..., 0]
+    total = {f: np.sum(v, axis=0) for f, v in sums.items()}
+    share = sums["latency_s"] / np.maximum(total["latency_s"], 1e-30)
+    intensity = sums["flops"] / np.maximum(sums["bytes"], 1e-30)
+    rows_out = tuple(
+        OpRow(name=n, kind=timing.kinds[first[i]], phase=phase, count=_v(counts[i]),
+              latency_s=_v(sums["latency_s"][i]), share=_v(share[i]),
+              compute_s=_v(sums["compute_s"][i]), memory_s=_v(sums["memory_s"][i]),
+              overhead_s=_v(sums["overhead_s"][i]), flops=_v(sums["flops"][i]),
+              bytes=_v(sums["bytes"][i]), arithmetic_intensity=_v(intensity[i]),
+              bottleneck=_label(labels[i]))
+        for i, n in enumerate(names))
+    return PhaseResult(phase=phase, ops=rows_out, **{f: _v(total[f]) for f in _NUMERIC})
+
+
+@dataclass(frozen=True)
+class ModelPrediction:
+    """A model on one GPU type (per GPU under tensor parallelism), and why.
+
+    ``latency_s`` is the TTFT for ``phase="prefill"``, one decode step for ``"decode"`` and
+    the end-to-end time for ``"generate"``. Quantities that a phase does not define are NaN
+    (e.g. ``ttft_s`` of a decode step). Values are floats for scalar inputs, arrays for
+    array inputs. See the module docstring for the definitions.
+    """
+
+    model: str
+    hardware: str
+    phase: PhaseName
+    batch: Value
+    prompt_len: Value
+    context_len: Value
+    gen_len: Value
+    tp: Value
+    latency_s: Value
+    ttft_s: Value
+    tpot_s: Value
+    e2e_s: Value
+    tokens_per_s: Value
+    prefill: PhaseResult | None
+    decode: PhaseResult | None
+    memory: MemoryEstimate
+    dtypes: Dtypes
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ops(self) -> tuple[OpRow, ...]:
+        """Per-op rows of the phase; for ``generate``, of the whole request (prefill plus
+        G − 1 decode steps), share of the end-to-end time."""
+        if self.phase == "prefill" and self.prefill is not None:
+            return self.prefill.ops
+        if self.phase == "decode" and self.decode is not None:
+            return self.decode.ops
+        return _request_rows(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: SI units (s, bytes, FLOPs), NaN and infinity as null."""
+        out: dict[str, Any] = {
+            "model": self.model, "hardware": self.hardware, "phase": self.phase,
+            "batch": self.batch, "prompt_len": self.prompt_len,
+            "context_len": self.context_len, "gen_len": self.gen_len, "tp": self.tp,
+            "latency_s": self.latency_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+            "e2e_s": self.e2e_s, "tokens_per_s": self.tokens_per_s,
+            "dtypes": {"weight": self.dtypes.weight, "expert": self.dtypes.expert,
+                       "activation": self.dtypes.activation, "kv_cache": self.dtypes.kv},
+        }
+        out = _json(out)
+        out["memory"] = _json(self.memory.to_dict())
+        out["ops"] = [_op_dict(self, row) for row in self.ops]
+        for ph in (self.prefill, self.decode):
+            if ph is not None:
+                out[ph.phase] = _json({f: getattr(ph, f) for f in _NUMERIC})
+        out["assumptions"] = list(self.assumptions)
+        return out
+
+
+def _op_dict(pred: ModelPrediction, row: OpRow) -> dict[str, Any]:
+    d = row.to_dict()
+    if pred.phase == "generate":
+        for ph in (pred.prefill, pred.decode):
+            if ph is None:
+                continue
+            try:
+                d[ph.phase] = ph.op(row.name).to_dict()
+            except KeyError:
+                continue
+    return d
+
+
+def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
+    pre, dec = pred.prefill, pred.decode
+    assert pre is not None  # generate always has both phases
+    assert dec is not None
+    steps = np.maximum(np.asarray(pred.gen_len, dtype=np.float64) - 1.0, 0.0)
+    e2e = np.maximum(np.asarray(pred.e2e_s), 1e-30)
+    rows = []
+    for prow in pre.ops:
+        try:
+            drow = dec.op(prow.name)
+        except KeyError:
+            drow = None
+        vals = {f: np.asarray(getattr(prow, f))
+                + (steps * np.asarray(getattr(drow, f)) if drow is not None else 0.0)
+                for f in _NUMERIC}
+        dec_time = steps * np.asarray(drow.latency_s) if drow is not None else 0.0
+        label = prow.bottleneck if drow is None else np.where(
+            dec_time > np.asarray(prow.latency_s), drow.bottleneck, prow.bottleneck)
+        rows.append(OpRow(
+            name=prow.name, kind=prow.kind, phase="request", count=prow.count,
+            share=as_value(vals["latency_s"] / e2e),
+            arithmetic_intensity=as_value(vals["flops"] / np.maximum(vals["bytes"], 1e-30)),
+            bottleneck=_label(label), **{f: as_value(v) for f, v in vals.items()}))
+    return tuple(rows)
+
+
+def resolve_dtypes(cfg: TransformerConfig, hw: HardwareSpec, weight: str | None = None,
+                   activation: str | None = None, kv: str | None = None,
+                   expert: str | None = None) -> Dtypes:
+    """Pick the dtypes: activations bf16 (fp16 where the GPU lacks bf16); weights the
+    checkpoint's dtype, or the activation dtype when that is as wide; KV cache and experts
+    follow unless given."""
+    if activation is None:
+        act: DType = "bf16" if hw.supports("bf16") else "fp16"
+    else:
+        act = normalize_dtype(activation, "activation_dtype")
+    if act not in hw.peaks:
+        raise PerfmodelError("activation_dtype", f"{hw.id} has no {act} peak",
+                             f"use one of {', '.join(hw.peaks)}")
+    w = normalize_dtype(weight or cfg.weight_dtype, "weight_dtype")
+    if bytes_per_element(w) >= bytes_per_element(act):
+        w = act
+    e = normalize_dtype(expert or cfg.expert_weight_dtype or w, "expert_dtype")
+    if bytes_per_element(e) >= bytes_per_element(act):
+        e = act
+    k = normalize_dtype(kv or act, "kv_dtype")
+    return Dtypes(weight=w, activation=act, kv=k, expert=e)
+
+
+def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str],
+                 mem: MemoryEstimate, points: int) -> tuple[str, ...]:
+    out = []
+    if phase in ("prefill", "generate"):
+        out.append("TTFT = whole-prompt prefill of all sequences at once (no chunking, no "
+                   "queueing), logits for the last position only")
+    if phase in ("decode", "generate"):
+        out.append("decode step: every sequence at the same context; kernels back to back "
+                   "(no host gaps)")
+    if phase == "generate":
+        out.append(f"TPOT = mean step time over contexts P+1..P+G-1 (excludes the first token),"
+                   f" trapezoid rule over {points} points; e2e = TTFT + (G-1)·TPOT; "
+                   "tokens/s = batch·G/e2e")
+    out.append(f"dtypes: weights {dt.weight}, activations {dt.activation}, KV cache {dt.kv}"
+               + (f", experts {dt.expert}" if cfg.is_moe else ""))
+    if cfg.is_moe:
+        out.append("MoE: tokens spread evenly over the experts they touch (perfect balance); "
+                   "experts touched = E·(1-(1-k/E)^tokens)")
+    if cfg.num_sliding_layers:
+        out.append(f"{cfg.num_sliding_layers} of {cfg.num_layers} layers use a "
+                   f"{cfg.sliding_window}-token sliding window (KV cache capped there too)")
+    out += notes
+    out.append(f"memory reserve {mem.reserve_bytes / 1e9:.1f} GB (10% of capacity + 1 GiB by "
+               "default) for CUDA context, workspaces and fragmentation")
+    return tuple(out)
+
+
+def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
+                  phase: PhaseName = "prefill", batch: Any = 1, prompt_len: Any = None,
+                  context_len: Any = None, gen_len: Any = None, cached_prefix: Any = 0,
+                  tp: Any = 1, weight_dtype: str | None = None,
+                  activation_dtype: str | None = None, kv_dtype: str | None = None,
+                  expert_dtype: str | None = None, attention_impl: str = "flash",
+                  decode_points: int = 5, reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+                  reserve_bytes: float = DEFAULT_RESERVE_BYTES) -> ModelPrediction:
+    """Predict a transformer's prefill, decode step, or whole generation on ``hw``.
+
+    Parameters
+    ----------
+    config, hw:
+        A :class:`TransformerConfig` (or preset id / config.json path) and a GPU spec
+        (or bundled id / YAML path).
+    phase:
+        ``prefill`` (needs ``prompt_len``), ``decode`` (needs ``context_len``: the KV cache
+        length including the new token) or ``generate`` (needs ``prompt_len`` and
+        ``gen_len``, the tokens generated including the first).
+    batch, prompt_len, context_len, gen_len, cached_prefix, tp:
+        Numbers or numpy arrays; arrays broadcast together (one vectorised pass).
+    weight_dtype, activation_dtype, kv_dtype, expert_dtype:
+        Storage dtypes, chosen independently (see :func:`resolve_dtypes` for defaults).
+    attention_impl:
+        Attention kernel path (``flash``, ``paged``, ``naive``...).
+    decode_points:
+        Context points for the TPOT average (``generate``).
+    reserve_fraction, reserve_bytes:
+        Memory held back: fraction of capacity plus bytes.
+    """
+    cfg = load_model(config)
+    spec = load_hardware(hw)
+    if phase not in ("prefill", "decode", "generate"):
+        raise PerfmodelError("phase", f"unknown phase {phase!r}",
+                             "use 'prefill', 'decode' or 'generate'")
+    if isinstance(decode_points, bool) or not isinstance(decode_points, int) or decode_points < 2:
+        raise PerfmodelError("decode_points", "must be an integer ≥ 2", "e.g. 5")
+    dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
+
+    def need(value: Any, name: str) -> Array:
+        if value is None:
+            raise PerfmodelError(name, f"required for phase={phase!r}", f"pass {name}=...")
+        return np.asarray(value, dtype=np.float64)
+
+    nan = np.nan
+    b = np.asarray(batch, dtype=np.float64)
+    t = np.asarray(tp, dtype=np.float64)
+    c0 = np.asarray(cached_prefix, dtype=np.float64)
+    prefill_res = decode_res = None
+    notes: list[str] = []
+    if phase == "decode":
+        ctx = need(context_len, "context_len")
+        shape = np.broadcast_shapes(b.shape, ctx.shape, t.shape)
+        timings, notes = evaluate_graphs(
+            [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec)
+        decode_res = _aggregate(timings[0], "decode")
+        step = np.asarray(decode_res.latency_s)
+        p_len, g_len = np.full(shape, nan), np.full(shape, nan)
+        ttft, tpot, e2e, tps, lat = np.full(shape, nan), step, np.full(shape, nan), b / step, step
+        mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, 1.0, t, dt, reserve_fraction,
+                              reserve_bytes)
+    else:
+        p = need(prompt_len, "prompt_len")
+        g = need(gen_len, "gen_len") if phase == "generate" else np.asarray(1.0)
+        if np.any(g < 1) or np.any(g != np.round(g)):
+            raise PerfmodelError("gen_len", "must be whole numbers ≥ 1", "e.g. gen_len=256")
+        shape = np.broadcast_shapes(b.shape, p.shape, g.shape, t.shape, c0.shape)
+        graphs = [(prefill_graph(cfg, b, p, c0, t, dt, attention_impl), shape)]
+        p_len, g_len = p * np.ones(shape), g * np.ones(shape)
+        ctx = c0 + p + g - 1.0  # KV cache after the last step
+        weights = None
+        if phase == "generate":
+            frac = np.linspace(0.0, 1.0, decode_points)
+            first = c0 + p + 1.0
+            span = np.maximum(g - 2.0, 0.0)
+            ctx_pts = np.round(first[..., None] + span[..., None] * frac) * np.ones(
+                (*shape, decode_points))
+            w = np.gradient(ctx_pts, axis=-1) if decode_points > 1 else np.ones_like(ctx_pts)
+            w = np.where(span[..., None] > 0, w, 0.0)
+            w[..., 0] = np.where(span > 0, w[..., 0] / 2.0, 1.0)
+            w[..., -1] = np.where(span > 0, w[..., -1] / 2.0, w[..., -1])
+            weights = w / np.sum(w, axis=-1, keepdims=True)
+            graphs.append((decode_graph(cfg, b[..., None], ctx_pts, t[..., None], dt,
+                                        attention_impl), (*shape, decode_points)))
+        timings, notes = evaluate_graphs(graphs, spec)
+        prefill_res = _aggregate(timings[0], "prefill")
+        ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
+        lat, e2e, tps, tpot = ttft, ttft, b * p / ttft, np.full(shape, nan)
+        if phase == "generate":
+            decode_res = _aggregate(timings[1], "decode", weights)
+            tpot = np.where(g > 1, np.asarray(decode_res.latency_s), nan)
+            e2e = ttft + np.where(g > 1, (g - 1.0) * np.asarray(decode_res.latency_s), 0.0)
+            lat, tps = e2e, b * g / e2e
+        mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, p, t, dt, reserve_fraction,
+                              reserve_bytes)
+    return ModelPrediction(
+        model=cfg.name, hardware=spec.id, phase=phase, batch=as_value(b * np.ones(shape)),
+        prompt_len=as_value(p_len), context_len=as_value(ctx * np.ones(shape)),
+        gen_len=as_value(g_len), tp=as_value(t * np.ones(shape)), latency_s=as_value(lat),
+        ttft_s=as_value(ttft), tpot_s=as_value(tpot), e2e_s=as_value(e2e),
+        tokens_per_s=as_value(tps), prefill=prefill_res, decode=decode_res, memory=mem,
+        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points))

@@ -1,0 +1,171 @@
+"""Model configs: presets, parameter counts against published figures, config.json errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.models.config import (
+    TransformerConfig,
+    active_params,
+    list_models,
+    load_model,
+    num_params,
+    param_counts,
+    presets_dir,
+)
+
+# Published parameter counts. Dense and Mixtral: the exact count the Hugging Face Hub reports
+# for the checkpoint's safetensors (e.g. Llama-2-7b-hf: 6,738,415,616; the index's total_size
+# 13,476,839,424 bytes is 2 × that plus 8,192 bytes of rotary inv_freq buffers). The papers
+# and model cards round them: Llama 2 "7B/13B/70B" (arXiv 2307.09288), Llama 3.1
+# "8B/70B/405B" (arXiv 2407.21783), Mistral "7.3B", Mixtral "46.7B total, 12.9B active"
+# (mistral.ai/news/mixtral-of-experts), Qwen2.5 "7.61B" and "72.7B" (model cards), Phi-3-mini
+# "3.8B" (arXiv 2404.14219).
+PUBLISHED_EXACT = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen2.5-72b": 72_706_203_648,
+    "phi-3-mini": 3_821_079_552,
+}
+# gpt-oss model card (arXiv 2508.10925, table 1), to two decimals of a billion: total
+# 116.83B / 20.91B; active per token 5.13B / 3.61B, counted without the embedding table.
+PUBLISHED_GPT_OSS = {"gpt-oss-120b": (116.83e9, 5.13e9), "gpt-oss-20b": (20.91e9, 3.61e9)}
+
+
+def test_every_preset_has_a_published_count() -> None:
+    assert set(list_models()) == set(PUBLISHED_EXACT) | set(PUBLISHED_GPT_OSS)
+
+
+@pytest.mark.parametrize("model_id", sorted(PUBLISHED_EXACT))
+def test_parameter_count_exact(model_id: str) -> None:
+    assert num_params(load_model(model_id)) == PUBLISHED_EXACT[model_id]
+
+
+@pytest.mark.parametrize("model_id", sorted(PUBLISHED_GPT_OSS))
+def test_gpt_oss_counts_match_the_model_card(model_id: str) -> None:
+    cfg = load_model(model_id)
+    total, active = PUBLISHED_GPT_OSS[model_id]
+    assert abs(num_params(cfg) - total) <= 0.005e9
+    assert abs(active_params(cfg) - param_counts(cfg)["embedding"] - active) <= 0.005e9
+
+
+def test_llama_2_7b_by_hand() -> None:
+    # per layer: attention 4·4096² = 67,108,864; MLP 3·4096·11008 = 135,266,304; two norms
+    # 8,192 -> 202,383,360 × 32 = 6,476,267,520; embedding and LM head 2·32000·4096 =
+    # 262,144,000; final norm 4,096.
+    counts = param_counts(load_model("llama-2-7b"))
+    assert counts["attention"] == 32 * 67_108_864
+    assert counts["mlp"] == 32 * 135_266_304
+    assert counts["embedding"] == counts["lm_head"] == 131_072_000
+    assert counts["norms"] == 65 * 4096
+
+
+def test_mixtral_active_parameters() -> None:
+    # Mistral's announcement: 12.9B active (2 of 8 experts, embedding included)
+    assert active_params(load_model("mixtral-8x7b")) == pytest.approx(12.9e9, abs=0.05e9)
+
+
+def test_presets_cite_their_source() -> None:
+    for path in sorted(presets_dir().glob("*.json")):
+        data = json.loads(path.read_text())
+        assert data.get("_source"), f"{path.name} has no _source"
+        assert load_model(path.stem).source == data["_source"]
+
+
+def test_aliases_and_paths_resolve(tmp_path: Path) -> None:
+    assert load_model("meta-llama/Llama-2-7b-hf").name == "llama-2-7b"
+    assert load_model("Llama-2-7B").name == "llama-2-7b"
+    cfg = load_model("llama-3.1-8b")
+    assert load_model(cfg) is cfg
+    path = tmp_path / "config.json"
+    path.write_text((presets_dir() / "llama-3.1-8b.json").read_text())
+    assert num_params(load_model(path)) == PUBLISHED_EXACT["llama-3.1-8b"]
+    assert num_params(load_model(tmp_path)) == PUBLISHED_EXACT["llama-3.1-8b"]  # the folder
+
+
+def _write(tmp_path: Path, **overrides: object) -> Path:
+    data = json.loads((presets_dir() / "llama-2-7b.json").read_text())
+    for key, value in overrides.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    data["some_future_key"] = {"ignored": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_unknown_hf_keys_are_ignored(tmp_path: Path) -> None:
+    assert num_params(load_model(_write(tmp_path))) == PUBLISHED_EXACT["llama-2-7b"]
+
+
+def test_missing_field_names_it(tmp_path: Path) -> None:
+    with pytest.raises(PerfmodelError, match=r"vocab_size.*missing"):
+        load_model(_write(tmp_path, vocab_size=None))
+
+
+def test_heads_not_dividing_hidden(tmp_path: Path) -> None:
+    with pytest.raises(PerfmodelError, match=r"num_heads \(30\) does not divide hidden_size"):
+        load_model(_write(tmp_path, num_attention_heads=30, num_key_value_heads=30))
+
+
+def test_kv_heads_not_dividing_heads(tmp_path: Path) -> None:
+    with pytest.raises(PerfmodelError, match=r"num_kv_heads \(6\) does not divide num_heads"):
+        load_model(_write(tmp_path, num_key_value_heads=6))
+
+
+def test_explicit_head_dim_allows_other_widths() -> None:
+    # gpt-oss: 64 heads × 64 = 4096 ≠ hidden 2880, legal because head_dim is given
+    cfg = load_model("gpt-oss-20b")
+    assert cfg.q_width == 4096
+    assert cfg.hidden_size == 2880
+
+
+def test_bad_values_and_files(tmp_path: Path) -> None:
+    with pytest.raises(PerfmodelError, match="hidden_size"):
+        load_model(_write(tmp_path, hidden_size=-1))
+    with pytest.raises(PerfmodelError, match="unknown model"):
+        load_model("llama-9-1b")
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json")
+    with pytest.raises(PerfmodelError, match="not valid JSON"):
+        load_model(bad)
+    with pytest.raises(PerfmodelError, match="no such file"):
+        load_model(tmp_path / "absent.json")
+    mla = _write(tmp_path, kv_lora_rank=512)
+    with pytest.raises(PerfmodelError, match="latent attention"):
+        load_model(mla)
+
+
+def test_config_is_frozen_and_strict() -> None:
+    cfg = load_model("llama-2-7b")
+    with pytest.raises(ValueError, match="frozen"):
+        cfg.hidden_size = 1  # type: ignore[misc]
+    with pytest.raises(ValueError, match="extra"):
+        TransformerConfig(name="x", hidden_size=64, num_layers=1, num_heads=4,
+                          intermediate_size=128, vocab_size=10, unknown=1)  # type: ignore[call-arg]
+
+
+def test_layer_kinds_from_hf_fields() -> None:
+    assert load_model("gpt-oss-120b").num_sliding_layers == 18
+    assert load_model("mistral-7b").num_sliding_layers == 32  # sliding_window 4096, all layers
+    assert load_model("qwen2.5-7b").num_sliding_layers == 0   # use_sliding_window: false
+    assert load_model("mixtral-8x7b").num_sliding_layers == 0  # sliding_window: null
+    oss = load_model("gpt-oss-120b")
+    assert oss.expert_weight_dtype == "fp4"
+    assert oss.attention_sinks
+    assert oss.qkv_bias
+    assert load_model("qwen2.5-72b").qkv_bias
+    assert not load_model("qwen2.5-72b").o_bias
