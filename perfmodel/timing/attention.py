@@ -50,7 +50,9 @@ def auto_splits(base_ctas: Array, seq_kv: Array, units: int, max_splits: int = 6
     """Split-KV factor: 1 if the base CTAs fill 80 % of the units; else the smallest s
     whose wave efficiency x/⌈x⌉ (x = CTAs·s/U) reaches 85 % of the best over
     s ≤ min(max_splits, ⌈S_kv/kv_block⌉)."""
-    s = np.arange(1.0, max_splits + 1.0).reshape((-1,) + (1,) * np.ndim(base_ctas))
+    base_ctas, seq_kv = np.broadcast_arrays(np.asarray(base_ctas, dtype=np.float64),
+                                            np.asarray(seq_kv, dtype=np.float64))
+    s = np.arange(1.0, max_splits + 1.0).reshape((-1,) + (1,) * base_ctas.ndim)
     allowed = s <= np.maximum(np.ceil(seq_kv / kv_block), 1.0)
     x = base_ctas * s / units
     eff = np.where(allowed, x / np.ceil(x), 0.0)

@@ -93,8 +93,9 @@ def _evaluate(ops: Ops, m: Any, n: Any, kk: Any, b: Any, b_mats: Any, s_in: floa
         + launches * k.overhead_s
     total = overlap(compute, memory, k.overlap_p, ops) + overhead
     if is_split:
-        # split-K only when the unsplit tiles leave part of the device idle in one wave
-        total = ops.where(tiles / split >= slots, math.inf, total)
+        # split-K only when the unsplit tiles leave part of the device idle in one wave,
+        # and only while each split keeps at least 128 of k
+        total = ops.where((tiles / split >= slots) | (kk < 128.0 * split), math.inf, total)
     return {"latency_s": total, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "waves": waves}
 

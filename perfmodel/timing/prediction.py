@@ -145,9 +145,9 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     else:
         c, m, o, lat, f, b = (np.asarray(v, dtype=np.float64) for v in vals)
         ops = VECTOR
-    cu = f / (lat * peak)
-    mu = b / (lat * bandwidth)
     tiny = 1e-30
+    cu = f / (ops.maximum(lat, tiny) * peak)
+    mu = b / (ops.maximum(lat, tiny) * bandwidth)
     is_latency = ((o > c) & (o > m)) | ((cu < 0.10) & (mu < 0.10))
     is_compute = ~is_latency & (c >= m) if ops is VECTOR else (not is_latency and c >= m)
     label = ops.where(is_latency, "latency", ops.where(is_compute, "compute", "memory"))
