@@ -215,12 +215,15 @@ def _bare_roofline(op: Gemm | Attention, hw: HardwareSpec) -> Array:
 
 
 def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
-             hw: HardwareSpec | str | None = None) -> ValidationReport:
+             hw: HardwareSpec | str | None = None, *,
+             include_suspect: bool = False) -> ValidationReport:
     """Predict every measured row and report errors per (spec, source, op, dtype).
 
     ``hw`` replaces each row's ``spec`` column (required when the CSV has none). The
     timing-method floor of each row's ``timing`` code (:data:`TIMING_FLOORS`) is added to
     the kernel prediction; the kernel path comes from its ``impl`` (:func:`kernel_path`).
+    Rows whose notes say SUSPECT (a source's value implies more than the dense peak) are
+    skipped with that reason unless ``include_suspect``.
     """
     if isinstance(records, (str, Path)):
         records = read_measurements(records)
@@ -232,6 +235,10 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
     fixed = load_hardware(hw) if hw is not None else None
     batches: dict[tuple[Any, ...], list[Measurement]] = defaultdict(list)
     for row in rows:
+        if not include_suspect and "SUSPECT" in row.notes:
+            skipped.append((row.row, "notes say SUSPECT: implied FLOP/s above the device's "
+                                     "dense peak (pass include_suspect=True to keep it)"))
+            continue
         if fixed is None and not row.spec:
             skipped.append((row.row, "no spec column and no --gpu given"))
             continue
