@@ -128,7 +128,7 @@ def run_validation(paths: Sequence[str | Path], hw: HardwareSpec | None = None,
         if not ms.rows:
             skipped.extend((name, r, why) for r, why in ms.skipped)
             continue
-        report = validate(ms, hw)
+        report = validate(ms, hw, include_suspect=include_suspect)
         skipped.extend((name, r, why) for r, why in report.skipped)
         rows.extend(report.rows)
         pred.append(np.asarray(report.predicted_s, dtype=np.float64))
