@@ -1,0 +1,48 @@
+"""Every example runs (quickly) as a user would run it, so none can rot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _run(name: str, *args: str) -> str:
+    result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_every_example_is_tested() -> None:
+    tested = {"capacity_planning_70b.py", "sequence_length_whatif.py",
+              "use_from_another_tool.py"}
+    assert {p.name for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_capacity_planning_70b() -> None:
+    out = _run("capacity_planning_70b.py")
+    assert "Llama-3.1-70B, bf16 weights:" in out
+    assert "per million output tokens" in out
+    assert "assumptions:" in out
+
+
+def test_sequence_length_whatif(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = _run("sequence_length_whatif.py", "--plot", str(tmp_path / "seq.png"))
+    assert "attention kernels take longer than the MLP: from" in out
+    assert "exceed GPU memory: from" in out
+    assert (tmp_path / "seq.png").stat().st_size > 10_000
+
+
+def test_use_from_another_tool() -> None:
+    out = _run("use_from_another_tool.py")
+    data = json.loads(out[out.index("{"):])
+    assert [c["gpu"] for c in data["choices"]] == ["a100-80gb-sxm", "h100-sxm"]
+    for choice in data["choices"]:
+        assert choice["step_ms"] <= data["budget_s"] * 1e3
