@@ -33,7 +33,7 @@ from perfmodel.models.config import (
     load_model,
     num_params,
 )
-from perfmodel.models.memory import weight_bytes
+from perfmodel.models.memory import kv_cache_bytes, weight_bytes
 from perfmodel.models.predict import ModelPrediction, predict_model
 
 __all__ = ["register"]
@@ -147,10 +147,14 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
     print()
     ctx = int(f(pred.context_len))
     max_b, max_c = f(mem.max_batch), f(mem.max_context)
-    print(f"memory per GPU ({fmt_bytes(mem.capacity_bytes)} on {hw.id})")
+    print(f"memory per GPU ({fmt_bytes(mem.capacity_bytes)} = "
+          f"{mem.capacity_bytes / 2**30:.0f} GiB on {hw.id})")
     print(f"  weights      {fmt_bytes(f(mem.weights_bytes)):>10}")
+    per_token = f(kv_cache_bytes(cfg, 1, 1, args.tp, pred.dtypes.kv))  # all layers
+    window = (f"; {cfg.num_sliding_layers} of {cfg.num_layers} layers keep at most "
+              f"{cfg.sliding_window} tokens") if cfg.num_sliding_layers else ""
     print(f"  KV cache     {fmt_bytes(f(mem.kv_cache_bytes)):>10}   {b} × {ctx} tokens × "
-          f"{fmt_bytes(f(mem.kv_bytes_per_token))}/token")
+          f"{fmt_bytes(per_token)}/token{window}")
     print(f"  activations  {fmt_bytes(f(mem.activation_bytes)):>10}   peak of the prefill")
     print(f"  reserve      {fmt_bytes(mem.reserve_bytes):>10}   "
           f"{args.reserve_fraction:.0%} of capacity + {args.reserve_gib:g} GiB")

@@ -26,7 +26,7 @@ from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
-from perfmodel.models.evaluate import GraphTiming, evaluate_graphs
+from perfmodel.models.evaluate import evaluate_graphs
 from perfmodel.models.graph import Dtypes, decode_graph, prefill_graph
 from perfmodel.models.memory import (
     DEFAULT_RESERVE_BYTES,
@@ -34,128 +34,13 @@ from perfmodel.models.memory import (
     MemoryEstimate,
     estimate_memory,
 )
+from perfmodel.models.rows import NUMERIC, OpRow, PhaseResult, aggregate, label_of, to_json
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
 
 __all__ = ["ModelPrediction", "OpRow", "PhaseResult", "predict_model", "resolve_dtypes"]
 
 PhaseName = Literal["prefill", "decode", "generate"]
-Label = str | np.ndarray[Any, np.dtype[np.str_]]
-_NUMERIC = ("latency_s", "compute_s", "memory_s", "overhead_s", "flops", "bytes")
-
-
-def _v(x: Array) -> Value:
-    """A 0-d array as a float, else the array (fast :func:`as_value` for float arrays)."""
-    return float(x) if x.ndim == 0 else x
-
-
-def _label(x: Any) -> Label:
-    arr = np.asarray(x)
-    return str(arr) if arr.ndim == 0 else arr.astype(np.str_)
-
-
-def _json(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json(v) for v in x]
-    arr = np.asarray(x)
-    if arr.dtype.kind == "f":
-        clean = np.where(np.isfinite(arr), arr, np.nan).astype(object)
-        clean[~np.isfinite(arr)] = None
-        return clean.tolist() if arr.ndim else clean.item()
-    return arr.tolist() if arr.ndim else arr.item()
-
-
-@dataclass(frozen=True)
-class OpRow:
-    """One op kind of the model, summed over its occurrences in one pass (or request).
-
-    ``latency_s`` etc. are totals over ``count`` occurrences; ``share`` is the fraction of
-    the pass's time; ``arithmetic_intensity`` = flops / bytes (FLOP/byte).
-    """
-
-    name: str
-    kind: str
-    phase: str
-    count: Value
-    latency_s: Value
-    share: Value
-    compute_s: Value
-    memory_s: Value
-    overhead_s: Value
-    flops: Value
-    bytes: Value
-    arithmetic_intensity: Value
-    bottleneck: Label
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "phase": self.phase}
-        for key in ("count", "latency_s", "share", "compute_s", "memory_s", "overhead_s",
-                    "flops", "bytes", "arithmetic_intensity", "bottleneck"):
-            out[key] = _json(getattr(self, key))
-        return out
-
-
-@dataclass(frozen=True)
-class PhaseResult:
-    """One forward pass (prefill, or one decode step): totals and the per-op rows."""
-
-    phase: str
-    latency_s: Value
-    compute_s: Value
-    memory_s: Value
-    overhead_s: Value
-    flops: Value
-    bytes: Value
-    ops: tuple[OpRow, ...]
-
-    def op(self, name: str) -> OpRow:
-        """The row called ``name`` (KeyError if the graph has no such op)."""
-        for row in self.ops:
-            if row.name == name:
-                return row
-        raise KeyError(name)
-
-
-def _aggregate(timing: GraphTiming, phase: str, weights: Array | None = None) -> PhaseResult:
-    """Sum a graph's ops into rows by name (count × per-instance value). With ``weights``
-    (trapezoid weights over the last axis, the decode context points) the rows are the
-    weighted mean over that axis; the bottleneck is taken at its middle point."""
-    names: list[str] = []
-    for n in timing.names:
-        if n not in names:
-            names.append(n)
-    index = [names.index(n) for n in timing.names]
-    onehot = np.zeros((len(names), len(index)))
-    onehot[index, np.arange(len(index))] = 1.0
-    contrib = {f: timing.counts * timing.values[f] for f in _NUMERIC}
-    sums = {f: np.tensordot(onehot, contrib[f], axes=(1, 0)) for f in _NUMERIC}
-    first = [index.index(i) for i in range(len(names))]
-    labels = timing.bottleneck[first]
-    counts = timing.counts[first]
-    for i, n in enumerate(names):  # a name with several ops: the bottleneck of the longest
-        rows = [j for j, m in enumerate(timing.names) if m == n]
-        if len(rows) > 1:
-            best = np.argmax(contrib["latency_s"][rows], axis=0)
-            labels[i] = np.take_along_axis(timing.bottleneck[rows], best[None], axis=0)[0]
-            counts[i] = np.max(timing.counts[rows], axis=0)
-    if weights is not None:
-        sums = {f: np.sum(v * weights, axis=-1) for f, v in sums.items()}
-        labels = labels[..., labels.shape[-1] // 2]
-        counts = counts[..., 0]
-    total = {f: np.sum(v, axis=0) for f, v in sums.items()}
-    share = sums["latency_s"] / np.maximum(total["latency_s"], 1e-30)
-    intensity = sums["flops"] / np.maximum(sums["bytes"], 1e-30)
-    rows_out = tuple(
-        OpRow(name=n, kind=timing.kinds[first[i]], phase=phase, count=_v(counts[i]),
-              latency_s=_v(sums["latency_s"][i]), share=_v(share[i]),
-              compute_s=_v(sums["compute_s"][i]), memory_s=_v(sums["memory_s"][i]),
-              overhead_s=_v(sums["overhead_s"][i]), flops=_v(sums["flops"][i]),
-              bytes=_v(sums["bytes"][i]), arithmetic_intensity=_v(intensity[i]),
-              bottleneck=_label(labels[i]))
-        for i, n in enumerate(names))
-    return PhaseResult(phase=phase, ops=rows_out, **{f: _v(total[f]) for f in _NUMERIC})
 
 
 @dataclass(frozen=True)
@@ -208,12 +93,12 @@ class ModelPrediction:
             "dtypes": {"weight": self.dtypes.weight, "expert": self.dtypes.expert,
                        "activation": self.dtypes.activation, "kv_cache": self.dtypes.kv},
         }
-        out = _json(out)
-        out["memory"] = _json(self.memory.to_dict())
+        out = to_json(out)
+        out["memory"] = to_json(self.memory.to_dict())
         out["ops"] = [_op_dict(self, row) for row in self.ops]
         for ph in (self.prefill, self.decode):
             if ph is not None:
-                out[ph.phase] = _json({f: getattr(ph, f) for f in _NUMERIC})
+                out[ph.phase] = to_json({f: getattr(ph, f) for f in NUMERIC})
         out["assumptions"] = list(self.assumptions)
         return out
 
@@ -245,7 +130,7 @@ def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
             drow = None
         vals = {f: np.asarray(getattr(prow, f))
                 + (steps * np.asarray(getattr(drow, f)) if drow is not None else 0.0)
-                for f in _NUMERIC}
+                for f in NUMERIC}
         dec_time = steps * np.asarray(drow.latency_s) if drow is not None else 0.0
         label = prow.bottleneck if drow is None else np.where(
             dec_time > np.asarray(prow.latency_s), drow.bottleneck, prow.bottleneck)
@@ -253,7 +138,7 @@ def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
             name=prow.name, kind=prow.kind, phase="request", count=prow.count,
             share=as_value(vals["latency_s"] / e2e),
             arithmetic_intensity=as_value(vals["flops"] / np.maximum(vals["bytes"], 1e-30)),
-            bottleneck=_label(label), **{f: as_value(v) for f, v in vals.items()}))
+            bottleneck=label_of(label), **{f: as_value(v) for f, v in vals.items()}))
     return tuple(rows)
 
 
@@ -362,7 +247,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         shape = np.broadcast_shapes(b.shape, ctx.shape, t.shape)
         timings, notes = evaluate_graphs(
             [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec)
-        decode_res = _aggregate(timings[0], "decode")
+        decode_res = aggregate(timings[0], "decode")
         step = np.asarray(decode_res.latency_s)
         p_len, g_len = np.full(shape, nan), np.full(shape, nan)
         ttft, tpot, e2e, tps, lat = np.full(shape, nan), step, np.full(shape, nan), b / step, step
@@ -392,11 +277,11 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
             graphs.append((decode_graph(cfg, b[..., None], ctx_pts, t[..., None], dt,
                                         attention_impl), (*shape, decode_points)))
         timings, notes = evaluate_graphs(graphs, spec)
-        prefill_res = _aggregate(timings[0], "prefill")
+        prefill_res = aggregate(timings[0], "prefill")
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
         lat, e2e, tps, tpot = ttft, ttft, b * p / ttft, np.full(shape, nan)
         if phase == "generate":
-            decode_res = _aggregate(timings[1], "decode", weights)
+            decode_res = aggregate(timings[1], "decode", weights)
             tpot = np.where(g > 1, np.asarray(decode_res.latency_s), nan)
             e2e = ttft + np.where(g > 1, (g - 1.0) * np.asarray(decode_res.latency_s), 0.0)
             lat, tps = e2e, b * g / e2e
