@@ -144,10 +144,21 @@ def plot_roofline(data: RooflineData, path: str | Path) -> Chart:
             ax.scatter(px, py, marker=marker, color=color, s=40, zorder=3,
                        label=f"{phase}: {bn}-bound")
             series[f"{phase} {bn}"] = (px, py)
-            for p, xi, yi in zip(pts, px, py, strict=True):
-                if p.share >= 0.02:  # label the ops that matter; the rest stay unlabelled
-                    ax.annotate(p.name, (xi, yi), fontsize=7, xytext=(3, 3),
-                                textcoords="offset points")
+    for phase in ("prefill", "decode"):
+        # label the ops that matter (≥ 2 % of their pass); neighbours share one label
+        clusters: list[tuple[float, float, list[str]]] = []
+        for p in sorted((p for p in data.points if p.phase == phase and p.share >= 0.02),
+                        key=lambda p: -p.share):
+            lx, ly = np.log10(p.intensity), np.log10(p.flops_per_s / 1e12)
+            near = next((c for c in clusters if abs(c[0] - lx) < 0.15 and abs(c[1] - ly) < 0.15),
+                        None)
+            if near is None:
+                clusters.append((lx, ly, [p.name]))
+            else:
+                near[2].append(p.name)
+        for lx, ly, names in clusters:
+            ax.annotate(", ".join(names), (10**lx, 10**ly), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     xl, yl = "arithmetic intensity (FLOP/byte)", "performance (TFLOP/s)"
@@ -218,7 +229,8 @@ class ComparisonData:
 
 
 def comparison_data(preds: list[ModelPrediction]) -> ComparisonData:
-    """TTFT, TPOT and throughput of one model on several GPUs (one prediction each)."""
+    """TTFT, TPOT and throughput of one model on several GPUs (one prediction each); a GPU
+    whose memory the model does not fit is marked in its label."""
     if not preds:
         raise PerfmodelError("preds", "nothing to compare", "pass predictions")
 
@@ -226,8 +238,11 @@ def comparison_data(preds: list[ModelPrediction]) -> ComparisonData:
         return np.array([float(np.mean(getattr(p, attr))) * scale for p in preds])
     p0 = preds[0]
     title = (f"{p0.model}: batch {float(np.mean(p0.batch)):g}, prompt "
-             f"{float(np.mean(p0.prompt_len)):g}, generate {float(np.mean(p0.gen_len)):g}")
-    return ComparisonData(title, tuple(p.hardware for p in preds), {
+             f"{float(np.mean(p0.prompt_len)):g}, generate {float(np.mean(p0.gen_len)):g}, "
+             f"TP {float(np.mean(p0.tp)):g}")
+    names = tuple(p.hardware + ("" if bool(np.all(p.memory.fits)) else " (does not fit)")
+                  for p in preds)
+    return ComparisonData(title, names, {
         "TTFT (ms)": col("ttft_s", 1e3), "TPOT (ms)": col("tpot_s", 1e3),
         "throughput (tokens/s)": col("tokens_per_s", 1.0)})
 
@@ -261,8 +276,9 @@ def plot_gpu_comparison(data: ComparisonData, path: str | Path) -> Chart:
         shown = np.where(np.isfinite(values), values, 0.0)
         ax.barh(pos, shown, color="#1f77b4")
         for i, v in enumerate(values):
-            ax.text(shown[i], i, f" {v:.3g}" if np.isfinite(v) else " n/a", va="center",
-                    fontsize=8)
+            text = (f" {v:,.0f}" if abs(v) >= 100 else f" {v:.3g}") if np.isfinite(v) \
+                else " n/a"
+            ax.text(shown[i], i, text, va="center", fontsize=8)
         ax.set_xlim(0.0, max(float(np.max(shown)), 1e-30) * 1.18)
         ax.set_xlabel(label)
         ax.grid(True, axis="x", alpha=0.3)
