@@ -116,8 +116,8 @@ def _flat(x: Any, shape: tuple[int, ...], size: int) -> Array:
     a = np.asarray(x, dtype=np.float64)
     if a.shape == shape:
         return a.reshape(-1)
-    if a.ndim == 0:
-        return np.full(size, float(a))
+    if a.size == 1:
+        return np.full(size, a.item())
     return np.broadcast_to(a, shape).reshape(-1)
 
 
@@ -172,8 +172,9 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
     result = []
     for gi, (graph, shape) in enumerate(graphs):
         full = (len(graph), *shape)
-        counts = np.stack([np.broadcast_to(np.asarray(g.count, dtype=np.float64), shape)
-                           for g in graph]) if graph else np.zeros(full)
+        size = math.prod(shape)
+        counts = np.stack([_flat(g.count, shape, size) for g in graph]).reshape(full) \
+            if graph else np.zeros(full)
         result.append(GraphTiming(
             names=tuple(g.name for g in graph), kinds=tuple(kinds[gi]), counts=counts,
             values={f: v.reshape(full) for f, v in out_vals[gi].items()},

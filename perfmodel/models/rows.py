@@ -31,7 +31,7 @@ def value(x: Array) -> Value:
 
 def label_of(x: Any) -> Label:
     arr = np.asarray(x)
-    return str(arr) if arr.ndim == 0 else arr.astype(np.str_)
+    return str(arr.item()) if arr.ndim == 0 else arr.astype(np.str_)
 
 
 def to_json(x: Any) -> Any:
