@@ -1,0 +1,387 @@
+"""Measured rows for calibration: read and check a measurement CSV, turn rows into
+vectorised perfmodel ops, predict them all at once.
+
+The CSV is the shared measurement schema (:data:`perfmodel.measurements.COLUMNS`).
+Besides ``gemm`` and ``attention`` rows, calibration also writes and reads small
+streaming ops, with their sizes in the ``m``/``n`` columns (stated in ``notes`` too):
+
+============  ===========================  ==========================================
+``op``        sizes                        perfmodel op
+============  ===========================  ==========================================
+copy          m = elements                 Elementwise(m, reads=1, writes=1, flops=0)
+add           m = elements                 Elementwise(m, reads=2, writes=1, flops=1)
+rmsnorm       m = rows, n = hidden         Norm(m, n, "rms")
+layernorm     m = rows, n = hidden         Norm(m, n, "layer")
+silu_mul      m = rows, n = width          Activation(m, n, "silu_mul")
+gelu          m = rows, n = width          Activation(m, n, "gelu")
+softmax       m = rows, n = columns        Softmax(m, n)
+============  ===========================  ==========================================
+
+Reading is strict: a calibration fitted on a file with a bad line would silently rest on
+fewer points than the user believes, so any unusable line is an error naming the line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import normalize_dtype
+from perfmodel.hardware.catalog import resolve_id
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.measurements import COLUMNS, parse_row
+from perfmodel.ops.attention import Attention
+from perfmodel.ops.cost import Array
+from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
+from perfmodel.ops.gemm import Gemm
+from perfmodel.timing import Prediction, predict
+from perfmodel.validation import kernel_path, timing_floor
+
+__all__ = [
+    "STREAM_OPS", "Dataset", "Row", "check_device", "dataset_from_rows", "read_rows",
+    "row_family",
+]
+
+#: Streaming ops calibration understands, beyond gemm and attention.
+STREAM_OPS: tuple[str, ...] = ("copy", "add", "rmsnorm", "layernorm", "silu_mul", "gelu",
+                               "softmax")
+_KNOWN_OPS = ("gemm", "attention", *STREAM_OPS)
+_REQUIRED_COLUMNS = ("op", "dtype", "measured_us")
+_MAX_LISTED = 5
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured op, ready to become part of a vectorised perfmodel op.
+
+    ``static`` holds what must agree inside one vectorised op (op kind, dtype, kernel path,
+    timing code); ``sizes`` the shape numbers. ``shape_key`` names the shape regardless of
+    repeats (used by leave-shape-out cross-validation).
+    """
+
+    line: int
+    op: str
+    dtype: str
+    measured_s: float
+    static: tuple[Any, ...]
+    sizes: tuple[float, ...]
+    spec: str = ""
+    source: str = ""
+    gpu: str = ""
+    timing: str = ""
+    unstable: bool = False
+    case: str = ""
+
+    @property
+    def family(self) -> str:
+        return row_family(self)
+
+    @property
+    def shape_key(self) -> tuple[Any, ...]:
+        return (*self.static, *self.sizes)
+
+    @property
+    def group(self) -> tuple[str, str, str, str]:
+        """(spec, source, op, dtype): the reporting group of ``perfmodel validate``."""
+        return (self.spec, self.source, self.op, self.dtype)
+
+
+def row_family(row: Row) -> str:
+    """Parameter family of a row: ``gemm``, ``attention`` (fused kernels), ``stream`` or
+    ``attention-naive`` (unfused attention: predicted from the gemm and stream parameters)."""
+    if row.op == "gemm":
+        return "gemm"
+    if row.op == "attention":
+        return "attention-naive" if row.static[3] == "naive" else "attention"
+    return "stream"
+
+
+# ----------------------------------------------------------------------------- reading
+def _notes_flag(notes: str, name: str) -> str:
+    for part in notes.replace(";", " ").split():
+        if part.startswith(name + "="):
+            return part[len(name) + 1:]
+    return ""
+
+
+def _stream_row(raw: Mapping[str, str], line: int) -> Row:
+    op = (raw.get("op") or "").strip().lower()
+    text = (raw.get("measured_us") or "").strip()
+    try:
+        us = float(text)
+    except ValueError:
+        raise ValueError(f"column measured_us: {text!r} is not a number") from None
+    if not math.isfinite(us) or us <= 0:
+        raise ValueError(f"column measured_us: {text!r} must be a positive time in µs")
+    sizes: list[float] = []
+    names = ("m",) if op in ("copy", "add") else ("m", "n")
+    for name in names:
+        value = (raw.get(name) or "").strip()
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"column {name}: {value!r} is not a number (required for "
+                             f"{op} rows)") from None
+        if not math.isfinite(number) or number < 1 or number != round(number):
+            raise ValueError(f"column {name}: {value!r} must be a whole number ≥ 1")
+        sizes.append(number)
+    dtype = normalize_dtype((raw.get("dtype") or "").strip() or "?", "dtype")
+    timing = (raw.get("timing") or "").strip()
+    notes = (raw.get("notes") or "").strip()
+    return Row(line=line, op=op, dtype=dtype, measured_s=us * 1e-6,
+               static=("stream", op, dtype, timing), sizes=tuple(sizes),
+               spec=(raw.get("spec") or "").strip(), source=(raw.get("source") or "").strip(),
+               gpu=(raw.get("gpu") or "").strip(), timing=timing,
+               unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"))
+
+
+def _shared_row(raw: Mapping[str, str], line: int) -> Row:
+    m = parse_row(raw, line)
+    dtype = normalize_dtype(m.dtype, "dtype")
+    notes = m.notes
+    sizes: tuple[float, ...]
+    if m.op == "gemm":
+        bias = "bias=y" in notes.lower() or "bias=true" in m.impl.lower()
+        static: tuple[Any, ...] = ("gemm", dtype, bias, m.timing)
+        sizes = (float(m.m or 1), float(m.n or 1), float(m.k or 1), float(m.batch or 1))
+    else:
+        path, splits, _ = kernel_path(m.impl, m.phase)
+        heads = float(m.heads or 1)
+        static = ("attention", dtype, m.causal, path, splits, m.timing)
+        sizes = (float(m.batch or 1), heads, float(m.kv_heads or heads), float(m.seq_q or 1),
+                 float(m.seq_kv or 1), float(m.head_dim or 1))
+    return Row(line=line, op=m.op, dtype=dtype, measured_s=m.measured_s, static=static,
+               sizes=sizes, spec=m.spec, source=m.source, gpu=m.gpu, timing=m.timing,
+               unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"))
+
+
+def parse_line(raw: Mapping[str, str], line: int) -> Row:
+    """One CSV line (a mapping by column) as a :class:`Row`; raises ValueError naming the
+    column at fault."""
+    op = (raw.get("op") or "").strip().lower()
+    if op not in _KNOWN_OPS:
+        raise ValueError(f"column op: unknown op {raw.get('op')!r} (calibration knows "
+                         f"{', '.join(_KNOWN_OPS)})")
+    try:
+        if op in STREAM_OPS:
+            return _stream_row(raw, line)
+        return _shared_row(raw, line)
+    except PerfmodelError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def read_rows(path: str | Path, *, strict: bool = True) -> tuple[list[Row], list[tuple[int, str]]]:
+    """Read a measurement CSV for calibration.
+
+    Returns (rows, skipped). Raises :class:`PerfmodelError` for a missing, empty, binary or
+    non-CSV file, a header without the required columns, or (``strict``) any unusable line:
+    a truncated or over-long line, a zero, negative or non-numeric time, a missing size.
+    """
+    p = Path(path)
+    name = str(p)
+    if not p.is_file():
+        raise PerfmodelError(name, "file not found", "pass the path of a measurement CSV")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PerfmodelError(name, f"cannot read as UTF-8 text ({exc.__class__.__name__})",
+                             "pass a measurement CSV (corrupt or binary file?)") from None
+    if "\x00" in text:
+        raise PerfmodelError(name, "contains NUL bytes: a corrupt or binary file",
+                             "pass a measurement CSV in the shared schema")
+    if not text.strip():
+        raise PerfmodelError(name, "the file is empty",
+                             f"a measurement CSV needs a header with {', '.join(COLUMNS)}")
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in _REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise PerfmodelError(
+            name, f"wrong schema: missing column(s) {', '.join(missing)} (header: "
+            f"{', '.join(header[:8])}{', ...' if len(header) > 8 else ''})",
+            "use the shared measurement schema: " + ", ".join(COLUMNS))
+    reader.fieldnames = header
+    rows: list[Row] = []
+    bad: list[tuple[int, str]] = []
+    for i, raw in enumerate(reader, start=2):
+        if None in raw:
+            bad.append((i, "more fields than the header (corrupt line)"))
+            continue
+        if any(v is None for v in raw.values()):
+            bad.append((i, "fewer fields than the header (truncated line)"))
+            continue
+        try:
+            rows.append(parse_line(raw, i))
+        except ValueError as exc:
+            bad.append((i, str(exc)))
+    if bad and strict:
+        listed = "; ".join(f"line {ln}: {why}" for ln, why in bad[:_MAX_LISTED])
+        more = f" (+{len(bad) - _MAX_LISTED} more)" if len(bad) > _MAX_LISTED else ""
+        raise PerfmodelError(name, f"{len(bad)} unusable line(s): {listed}{more}",
+                             "fix or remove those lines (calibration never drops rows "
+                             "silently)")
+    if not rows:
+        first = f" (line {bad[0][0]}: {bad[0][1]})" if bad else ""
+        raise PerfmodelError(name, f"no usable rows{first}", "check the file's contents")
+    return merge_repeats(rows), bad
+
+
+def merge_repeats(rows: Sequence[Row]) -> list[Row]:
+    """Rows of one suite case measured more than once (``case=`` in notes) become the
+    fastest of them: interference from other work only slows a kernel down. Rows without
+    a case id are kept as they are."""
+    best: dict[str, int] = {}
+    out: list[Row] = []
+    for row in rows:
+        if not row.case:
+            out.append(row)
+            continue
+        j = best.get(row.case)
+        if j is None:
+            best[row.case] = len(out)
+            out.append(row)
+        elif row.measured_s < out[j].measured_s:
+            out[j] = row
+    return out
+
+
+def check_device(rows: Sequence[Row], hw: HardwareSpec, path: str = "measurements",
+                 allow_other: bool = False) -> None:
+    """Refuse rows measured on another device than ``hw``.
+
+    A row's ``spec`` column (when filled) must resolve to ``hw.id`` or to the spec it was
+    derived from; rows without a spec are taken to be for ``hw``.
+    """
+    if allow_other:
+        return
+    others: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if not row.spec:
+            continue
+        try:
+            rid = resolve_id(row.spec)
+        except PerfmodelError:
+            rid = row.spec.strip().lower()
+        if rid not in (hw.id, _base_id(hw)):
+            others[row.spec] += 1
+    if others:
+        listed = ", ".join(f"{k} ({v} rows)" for k, v in sorted(others.items()))
+        raise PerfmodelError(
+            path, f"measured on another device: {listed}, but --gpu is {hw.id}",
+            f"pass --gpu {next(iter(sorted(others)))}, or --allow-other-gpu to fit anyway")
+
+
+def _base_id(hw: HardwareSpec) -> str:
+    return hw.calibration.device if hw.calibration is not None else hw.id
+
+
+# ----------------------------------------------------------------------------- ops
+StreamOp = Elementwise | Norm | Activation | Softmax
+Op = Gemm | Attention | StreamOp
+
+
+def build_op(static: tuple[Any, ...], sizes: Array) -> Op:
+    """A vectorised op for rows sharing ``static``; ``sizes`` is (rows, fields)."""
+    col = [sizes[:, i] for i in range(sizes.shape[1])]
+    kind = static[0]
+    if kind == "gemm":
+        return Gemm(m=col[0], n=col[1], k=col[2], batch=col[3], dtype=static[1],
+                    bias=bool(static[2]))
+    if kind == "attention":
+        return Attention(batch=col[0], heads=col[1], kv_heads=col[2], seq_q=col[3],
+                         seq_kv=col[4], head_dim=col[5], causal=bool(static[2]),
+                         dtype=static[1], impl=str(static[3]), num_splits=static[4])
+    op, dtype = static[1], static[2]
+    if op == "copy":
+        return Elementwise(col[0], reads=1, writes=1, flops_per_element=0, dtype=dtype,
+                           kind="copy")
+    if op == "add":
+        return Elementwise(col[0], reads=2, writes=1, flops_per_element=1, dtype=dtype,
+                           kind="add")
+    if op in ("rmsnorm", "layernorm"):
+        return Norm(col[0], col[1], kind="rms" if op == "rmsnorm" else "layer", dtype=dtype)
+    if op in ("silu_mul", "gelu"):
+        return Activation(col[0], col[1], kind=op, dtype=dtype)
+    if op == "softmax":
+        return Softmax(col[0], col[1], dtype=dtype)
+    raise PerfmodelError("op", f"unknown op {op!r}", f"use one of {', '.join(_KNOWN_OPS)}")
+
+
+@dataclass(frozen=True)
+class _Batch:
+    static: tuple[Any, ...]
+    op: Op
+    index: Array
+    floor_s: float
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Rows, their measured times and weights, grouped into vectorised ops.
+
+    ``predict(hw)`` returns one predicted time per row (s), in row order, with each row's
+    timing-method floor (:func:`perfmodel.validation.timing_floor`) added.
+    """
+
+    rows: tuple[Row, ...]
+    measured_s: Array
+    weight: Array
+    batches: tuple[_Batch, ...] = field(repr=False, default=())
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def predict(self, hw: HardwareSpec) -> Array:
+        out = np.empty(len(self.rows), dtype=np.float64)
+        for b in self.batches:
+            out[b.index.astype(np.int64)] = np.atleast_1d(
+                np.asarray(predict(b.op, hw, extra_overhead_s=b.floor_s).latency_s))
+        return out
+
+    def predictions(self, hw: HardwareSpec) -> list[tuple[Array, Prediction]]:
+        """(row positions, Prediction) per vectorised op: for bottleneck labels."""
+        return [(b.index.astype(np.int64), predict(b.op, hw, extra_overhead_s=b.floor_s))
+                for b in self.batches]
+
+    def subset(self, index: Iterable[int] | Array) -> Dataset:
+        idx = [int(i) for i in np.asarray(list(index) if not isinstance(index, np.ndarray)
+                                          else index).ravel()]
+        return dataset_from_rows([self.rows[i] for i in idx], weight=self.weight[idx])
+
+    def where(self, mask: Any) -> Dataset:
+        return self.subset(np.flatnonzero(mask))
+
+    def families(self) -> list[str]:
+        return sorted({r.family for r in self.rows})
+
+    def family_mask(self, family: str, dtype: str | None = None) -> Array:
+        return np.asarray([r.family == family and (dtype is None or r.dtype == dtype)
+                           for r in self.rows], dtype=bool)
+
+
+def dataset_from_rows(rows: Sequence[Row], weight: Array | None = None,
+                      unstable_weight: float = 0.3) -> Dataset:
+    """Group ``rows`` into vectorised ops. Unstable rows get ``unstable_weight`` unless
+    ``weight`` is given."""
+    if weight is None:
+        weight = np.asarray([unstable_weight if r.unstable else 1.0 for r in rows])
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[r.static].append(i)
+    batches = []
+    for static, idx in groups.items():
+        sizes = np.asarray([rows[i].sizes for i in idx], dtype=np.float64)
+        floor, _ = timing_floor(str(static[-1]))
+        batches.append(_Batch(static=static, op=build_op(static, sizes),
+                              index=np.asarray(idx, dtype=np.float64), floor_s=floor))
+    return Dataset(rows=tuple(rows), measured_s=np.asarray([r.measured_s for r in rows]),
+                   weight=np.asarray(weight, dtype=np.float64), batches=tuple(batches))
