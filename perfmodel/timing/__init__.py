@@ -25,6 +25,7 @@ from perfmodel.timing.core import memory_time, overlap
 from perfmodel.timing.gemm import time_gemm
 from perfmodel.timing.knobs import Knobs, knobs_for
 from perfmodel.timing.prediction import Prediction, make_prediction
+from perfmodel.timing.residual import apply_residual
 
 __all__ = ["Prediction", "predict"]
 
@@ -56,16 +57,21 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0) ->
     if not np.isfinite(extra_overhead_s) or extra_overhead_s < 0:
         raise PerfmodelError("extra_overhead_s", f"must be ≥ 0, got {extra_overhead_s!r}",
                              "pass 0 for kernel-only time")
+    # apply_residual: a calibrated profile's residual tables (timing/residual.py); a no-op
+    # for specs without them.
     if isinstance(op, Gemm):
-        return _predict_gemm(op, spec, extra_overhead_s)
+        return apply_residual(_predict_gemm(op, spec, extra_overhead_s), spec, extra_overhead_s)
     if isinstance(op, Attention):
         if op.impl == "naive":
-            return _predict_naive(op, spec, extra_overhead_s)
-        return _predict_flash(op, spec, extra_overhead_s)
+            p = _predict_naive(op, spec, extra_overhead_s)
+        else:
+            p = _predict_flash(op, spec, extra_overhead_s)
+        return apply_residual(p, spec, extra_overhead_s, causal=op.causal)
     if isinstance(op, AllReduce):
         return _predict_allreduce(op, spec, extra_overhead_s)
     if isinstance(op, (Elementwise, Norm, Activation, Rotary, Softmax, Embedding)):
-        return _predict_stream(op, spec, extra_overhead_s)
+        return apply_residual(_predict_stream(op, spec, extra_overhead_s), spec,
+                              extra_overhead_s)
     raise PerfmodelError("op", f"cannot predict {type(op).__name__}",
                          "pass a perfmodel op such as Gemm or Attention")
 

@@ -92,6 +92,10 @@ _CDNA4_TILES: tuple[Tile, ...] = (
     (128.0, 64.0, 0.55), (64.0, 64.0, 0.38),
 )
 
+_CPU_TILES: tuple[Tile, ...] = (
+    (64.0, 64.0, 1.0), (16.0, 64.0, 0.9), (4.0, 64.0, 0.5), (1.0, 64.0, 0.25),
+)
+
 FAMILIES: dict[str, FamilyParams] = {
     "pascal": FamilyParams(tensor_tiles=_SIMT_TILES, vector_tiles=_SIMT_TILES,
                            memory_latency_s=0.7e-6),
@@ -112,7 +116,9 @@ FAMILIES: dict[str, FamilyParams] = {
                           memory_latency_s=0.8e-6),
     "cdna4": FamilyParams(tensor_tiles=_CDNA4_TILES, vector_tiles=_CDNA4_TILES,
                           memory_latency_s=0.8e-6),
-    "cpu": FamilyParams(tensor_tiles=((64.0, 64.0, 1.0),), vector_tiles=((64.0, 64.0, 1.0),),
+    # CPU BLAS register-blocks a few rows at a time: skinny tiles keep a matrix-vector
+    # product from being padded to 64 rows (it is memory-bound at any of these rates).
+    "cpu": FamilyParams(tensor_tiles=_CPU_TILES, vector_tiles=_CPU_TILES,
                         split_k=(1.0,), memory_latency_s=0.1e-6, cta_bandwidth=1.0),
 }
 

@@ -1,0 +1,156 @@
+"""Calibration on public measurements: for each (spec, source, op, dtype) group with enough
+rows, fit on a few of its shapes and report the error on all the others.
+
+Fit rows are chosen deterministically: the group's distinct shapes sorted by their median
+measured time, and ``max_fit_rows`` of them taken at evenly spaced ranks (so the fit sees
+the smallest, the largest and every regime between). One row per chosen shape is fitted;
+every row of a chosen shape is left out of the test set (leave-shape-out), so the test
+error is on shapes the fit never saw.
+
+Sequence-length extrapolation (attention groups): fit on rows with S ≤ 4096 (same
+selection), test on rows with 8192 ≤ S ≤ 32768, S = max(seq_q, seq_kv).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.calibrate.data import Dataset, Row, dataset_from_rows, read_rows
+from perfmodel.calibrate.fit import apply_params, fit_auto
+from perfmodel.hardware.catalog import load_hardware
+
+__all__ = ["GroupEval", "evaluate_group", "evaluate_public", "pick_fit_shapes"]
+
+
+@dataclass(frozen=True)
+class GroupEval:
+    """Held-out errors of one group (fractions), before and after calibration."""
+
+    spec: str
+    source: str
+    op: str
+    dtype: str
+    n: int
+    n_fit: int
+    n_test: int
+    before_median: float
+    before_p90: float
+    after_median: float
+    after_p90: float
+    kind: str = "shapes"
+    """``shapes`` (held-out shapes) or ``seq-extrapolation``."""
+    params: dict[str, dict[str, float]] | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "spec", "source", "op", "dtype", "kind", "n", "n_fit", "n_test", "before_median",
+            "before_p90", "after_median", "after_p90", "params", "note")}
+
+
+def pick_fit_shapes(data: Dataset, count: int, mask: Any = None) -> list[int]:
+    """Row positions to fit on: one row for each of ``count`` shapes at evenly spaced ranks
+    of the shapes' median measured time (among rows allowed by ``mask``)."""
+    allowed = np.ones(len(data), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    by_shape: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for i, r in enumerate(data.rows):
+        if allowed[i]:
+            by_shape[r.shape_key].append(i)
+    shapes = sorted(by_shape, key=lambda k: (float(np.median(data.measured_s[by_shape[k]])),
+                                             repr(k)))
+    if not shapes:
+        return []
+    if len(shapes) <= count:
+        picks = list(range(len(shapes)))
+    else:
+        picks = sorted({round(x) for x in np.linspace(0, len(shapes) - 1, count)})
+    return [by_shape[shapes[j]][0] for j in picks]
+
+
+def _ape(pred: Any, meas: Any) -> tuple[float, float]:
+    if len(meas) == 0:
+        return math.nan, math.nan
+    a = np.abs(np.asarray(pred) - np.asarray(meas)) / np.asarray(meas)
+    return float(np.median(a)), float(np.percentile(a, 90))
+
+
+def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30, residual: bool | None = None,
+                   kind: str = "shapes") -> GroupEval:
+    """Fit ``rows`` (one group) on at most ``max_fit_rows`` shapes; errors on the rest."""
+    r0 = rows[0]
+    hw = load_hardware(r0.spec)
+    data = dataset_from_rows(rows, weight=np.ones(len(rows)))
+    if kind == "seq-extrapolation":
+        seq = np.asarray([max(r.sizes[3], r.sizes[4]) for r in rows])
+        fit_idx = pick_fit_shapes(data, max_fit_rows, seq <= 4096)
+        test = (seq >= 8192) & (seq <= 32768)
+    else:
+        fit_idx = pick_fit_shapes(data, max_fit_rows)
+        test = np.ones(len(rows), dtype=bool)
+    fit_shapes = {rows[i].shape_key for i in fit_idx}
+    test &= np.asarray([r.shape_key not in fit_shapes for r in rows])
+    if not fit_idx or not test.any():
+        raise PerfmodelError("group", f"{r0.group}: nothing to fit or to test",
+                             "needs rows on both sides of the split")
+    train = data.subset(fit_idx)
+    held = data.where(test)
+    result, sel = fit_auto(train, hw, residual=residual)
+    calibrated = apply_params(hw.model_copy(update={"calibration": None}), result.params,
+                              result.residuals)
+    b = _ape(held.predict(hw), held.measured_s)
+    a = _ape(held.predict(calibrated), held.measured_s)
+    return GroupEval(spec=r0.spec, source=r0.source, op=r0.op, dtype=r0.dtype, n=len(rows),
+                     n_fit=len(fit_idx), n_test=int(test.sum()), before_median=b[0],
+                     before_p90=b[1], after_median=a[0], after_p90=a[1], kind=kind,
+                     params=result.params,
+                     note=f"prior={sel.prior:g} residual={sel.residual}")
+
+
+def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_rows: int = 100,
+                    residual: bool | None = None, extrapolation: bool = True
+                    ) -> tuple[list[GroupEval], list[tuple[str, str]]]:
+    """Evaluate every group with ≥ ``min_rows`` rows in the CSVs ``paths`` (files, or folders
+    holding ``*.csv``). Returns (evaluations, skipped groups with the reason)."""
+    files: list[Path] = []
+    for p in paths:
+        q = Path(p)
+        files.extend(sorted(q.glob("*.csv")) if q.is_dir() else [q])
+    if not files:
+        raise PerfmodelError("paths", "no CSV files found", "pass measurement CSVs or a folder")
+    groups: dict[tuple[str, str, str, str], list[Row]] = defaultdict(list)
+    skipped: list[tuple[str, str]] = []
+    for f in files:
+        rows, bad = read_rows(f, strict=False)
+        if bad:
+            skipped.append((str(f), f"{len(bad)} unusable line(s), e.g. line {bad[0][0]}: "
+                            f"{bad[0][1]}"))
+        for r in rows:
+            groups[r.group].append(r)
+    out: list[GroupEval] = []
+    for key in sorted(groups):
+        rows = groups[key]
+        name = "/".join(key)
+        if len(rows) < min_rows:
+            continue
+        try:
+            out.append(evaluate_group(rows, max_fit_rows, residual))
+        except PerfmodelError as exc:
+            skipped.append((name, str(exc)))
+            continue
+        if extrapolation and key[2] == "attention":
+            seq = [max(r.sizes[3], r.sizes[4]) for r in rows]
+            if any(s >= 8192 for s in seq) and any(s <= 4096 for s in seq):
+                try:
+                    out.append(evaluate_group(rows, max_fit_rows, residual,
+                                              kind="seq-extrapolation"))
+                except PerfmodelError as exc:
+                    skipped.append((name + " (seq extrapolation)", str(exc)))
+    return out, skipped
