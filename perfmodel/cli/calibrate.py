@@ -1,0 +1,434 @@
+"""``perfmodel calibrate``: measure real kernels, fit the timing model to them, report the
+error on shapes the fit never saw.
+
+    perfmodel calibrate run --device cpu --budget 90s --out m.csv
+    perfmodel calibrate fit m.csv --out calibrated.yaml          # --gpu ID|FILE.yaml
+    perfmodel calibrate report m.csv --gpu calibrated.yaml --plot scatter.png
+    perfmodel calibrate cpu-spec --out cpu-local.yaml
+    perfmodel calibrate public DIR_OR_CSV ... --max-fit-rows 30
+
+torch is needed by ``run`` and ``cpu-spec`` only (imported when they start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from perfmodel._errors import PerfmodelError
+
+__all__ = ["parse_budget", "register"]
+
+_EPILOG = """examples:
+  perfmodel calibrate run --device cpu --budget 90s --out m.csv
+  perfmodel calibrate fit m.csv --out calibrated.yaml
+  perfmodel calibrate report m.csv --gpu calibrated.yaml --plot scatter.png
+  perfmodel calibrate run --device cuda --budget 5m --out h200.csv
+  perfmodel calibrate fit h200.csv --gpu h200-sxm --out h200-calibrated.yaml
+  perfmodel calibrate public shared/data/measurements --max-fit-rows 30
+
+The whole loop on a machine without a GPU (about 2 minutes):
+  perfmodel calibrate run --device cpu --budget 90s --out m.csv && \\
+  perfmodel calibrate fit m.csv --out cal.yaml && perfmodel calibrate report m.csv --gpu cal.yaml
+"""
+
+
+def parse_budget(text: str) -> float:
+    """'5m', '90s', '1h', '2.5m' or plain seconds -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(s|sec|m|min|h)?\s*", str(text).lower())
+    if not m:
+        raise PerfmodelError("--budget", f"cannot read {text!r} as a duration",
+                             "write e.g. 90s, 5m or 1h")
+    value = float(m.group(1)) * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600,
+                                 None: 1}[m.group(2)]
+    if value <= 0:
+        raise PerfmodelError("--budget", f"must be positive, got {text!r}", "e.g. --budget 5m")
+    return value
+
+
+def _tristate(text: str) -> bool | None:
+    key = text.strip().lower()
+    if key in ("auto", ""):
+        return None
+    if key in ("on", "yes", "true", "1"):
+        return True
+    if key in ("off", "no", "false", "0"):
+        return False
+    raise PerfmodelError("--residual", f"unknown value {text!r}", "use auto, on or off")
+
+
+def _prior(text: str) -> float | None:
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise PerfmodelError("--prior", f"{text!r} is not a number", "use auto or e.g. 0.1") \
+            from None
+    if not math.isfinite(value) or value < 0:
+        raise PerfmodelError("--prior", f"must be ≥ 0, got {text!r}", "use auto or e.g. 0.1")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``perfmodel calibrate {run,fit,report,cpu-spec,public}``."""
+    cal = subparsers.add_parser(
+        "calibrate", help="measure kernels with torch, fit the model, report the error",
+        description="Measure real kernels, fit a few physical parameters per op family and "
+                    "dtype, and report the error on held-out shapes.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cal.set_defaults(func=lambda _a: _help(cal))
+    sub = cal.add_subparsers(dest="calibrate_command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser("run", help="time the designed suite on a device",
+                       description="Time the microbenchmark suite (GEMM, attention, copies, "
+                       "norms, elementwise) and append rows to a CSV; resumes by default.")
+    p.add_argument("--device", choices=("cuda", "cpu"), required=True)
+    p.add_argument("--budget", default="5m", help="wall-time budget, e.g. 90s, 5m (default 5m)")
+    p.add_argument("--out", required=True, help="measurement CSV to append to")
+    p.add_argument("--gpu", help="spec id or YAML of the device (default: from the device "
+                   "name; on cpu, measured on the spot)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (fixed for the run)")
+    p.add_argument("--dtype", action="append", dest="dtypes",
+                   help="dtype(s) to measure (default bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--no-resume", action="store_true",
+                   help="refuse an existing --out instead of continuing it")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=run_cmd)
+
+    p = sub.add_parser("fit", help="fit parameters to a measurement CSV",
+                       description="Fit the timing model's parameters per op family and dtype "
+                       "(robust least squares on log latency) and write a calibrated profile: "
+                       "the spec plus a calibration block. The spec file is never modified.")
+    p.add_argument("csv", help="measurement CSV (shared schema)")
+    p.add_argument("--gpu", help="spec id or YAML (default: the spec recorded by "
+                   "'calibrate run', or the CSV's spec column)")
+    p.add_argument("--out", required=True, help="calibrated profile to write (YAML)")
+    p.add_argument("--residual", default="auto", help="residual correction: auto (chosen by "
+                   "cross-validation), on, off")
+    p.add_argument("--prior", default="auto", help="weight pulling parameters toward the "
+                   "spec's defaults: auto (cross-validated) or a number")
+    p.add_argument("--folds", type=int, default=5, help="folds of the held-out error "
+                   "recorded in the profile (0: skip)")
+    p.add_argument("--allow-other-gpu", action="store_true",
+                   help="fit even if the CSV's spec column names another device")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=fit_cmd)
+
+    p = sub.add_parser("report", help="before vs after, on held-out shapes",
+                       description="Error before and after calibration by op family and "
+                       "bottleneck regime; 'after' is leave-shape-out k-fold cross-validated.")
+    p.add_argument("csv", help="measurement CSV")
+    p.add_argument("--gpu", help="spec id, YAML, or the calibrated profile (its recorded fit "
+                   "options are reused)")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--residual", default=None, help="auto, on or off (default: as fitted)")
+    p.add_argument("--prior", default=None, help="auto or a number (default: as fitted)")
+    p.add_argument("--plot", help="write a predicted-vs-measured scatter plot (PNG)")
+    p.add_argument("--allow-other-gpu", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=report_cmd)
+
+    p = sub.add_parser("cpu-spec", help="measure this CPU and write a spec",
+                       description="Peak fp32 rate from a large matmul, bandwidth from a large "
+                       "copy, fixed cost from a tiny op: a spec of this machine.")
+    p.add_argument("--out", required=True, help="YAML to write")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--quick", action="store_true", help="smaller problems (about 1 s)")
+    p.add_argument("--id", default="cpu-local", help="spec id (default cpu-local)")
+    p.set_defaults(func=cpu_spec_cmd)
+
+    p = sub.add_parser("public", help="fit-on-few, test-on-rest over public measurements",
+                       description="For each (spec, source, op, dtype) group with enough "
+                       "rows: fit on a few shapes, report the error on all the others; "
+                       "attention also fitted at S ≤ 4k and tested at 8k–32k.")
+    p.add_argument("paths", nargs="+", help="CSV files or folders of CSVs")
+    p.add_argument("--max-fit-rows", type=int, default=30)
+    p.add_argument("--min-rows", type=int, default=100)
+    p.add_argument("--residual", default="auto", help="auto, on or off")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=public_cmd)
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(text, file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- run
+def run_cmd(args: argparse.Namespace) -> int:
+    from perfmodel.calibrate.run import run_suite
+
+    budget = parse_budget(args.budget)
+    if args.threads is not None and args.threads < 1:
+        raise PerfmodelError("--threads", f"must be ≥ 1, got {args.threads}", "e.g. --threads 4")
+    result = run_suite(args.device, args.out, budget, gpu=args.gpu, threads=args.threads,
+                       dtypes=args.dtypes, quiet=args.quiet, resume=not args.no_resume)
+    summary = {
+        "out": str(result.out), "env": str(result.env),
+        "spec": str(result.spec_path) if result.spec_path else result.hardware,
+        "measured": result.measured, "repeated": result.repeated,
+        "already_done": result.skipped_done, "left_out_by_budget": result.left_out,
+        "unstable": result.unstable, "failed": [list(f) for f in result.failed],
+        "seconds": round(result.seconds, 1), "notes": list(result.notes),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"measured {result.measured} case(s) in {result.seconds:.0f} s "
+          f"({result.repeated} noisy one(s) measured again, {result.unstable} flagged "
+          f"unstable) -> {result.out}")
+    print(f"environment -> {result.env}")
+    if result.spec_path:
+        print(f"spec -> {result.spec_path}")
+    if result.skipped_done:
+        print(f"{result.skipped_done} case(s) were already in {result.out.name} (resumed)")
+    if result.left_out:
+        print(f"{result.left_out} case(s) left for a larger --budget (rerun to resume)")
+    for case, why in result.failed:
+        print(f"failed: {case}: {why}")
+    for note in result.notes:
+        print(f"note: {note}")
+    fit_gpu = f" --gpu {result.spec_path}" if result.spec_path else (
+        "" if result.hardware else " --gpu ID")
+    print(f"next: perfmodel calibrate fit {result.out}{fit_gpu} --out calibrated.yaml")
+    return 0
+
+
+# ----------------------------------------------------------------------------- fit
+def _sidecar(csv_path: Path) -> dict[str, Any]:
+    path = csv_path.with_name(csv_path.name + ".env.json")
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _resolve_spec(csv_path: Path, gpu: str | None, rows: list[Any]) -> tuple[Any, Path | None]:
+    """(HardwareSpec, its file path or None for a bundled id)."""
+    from perfmodel.hardware.catalog import bundled_path, load_hardware
+
+    if gpu is None:
+        env = _sidecar(csv_path)
+        if env.get("spec_path") and Path(env["spec_path"]).is_file():
+            gpu = str(env["spec_path"])
+        else:
+            specs = sorted({r.spec for r in rows if r.spec})
+            if len(specs) != 1:
+                raise PerfmodelError(
+                    "--gpu", "not given, and the CSV does not name exactly one device "
+                    f"(spec column: {', '.join(specs) or 'empty'})",
+                    "pass --gpu ID or a spec YAML")
+            gpu = specs[0]
+    hw = load_hardware(gpu)
+    if Path(gpu).is_file():
+        return hw, Path(gpu)
+    try:
+        return hw, bundled_path(gpu)
+    except (KeyError, PerfmodelError):
+        return hw, None
+
+
+def _environment(csv_path: Path, rows: list[Any]) -> dict[str, str]:
+    from perfmodel.calibrate.profile import file_sha256
+
+    env = {k: str(v) for k, v in _sidecar(csv_path).items()
+           if isinstance(v, (str, int, float)) and k not in ("budget_s",)}
+    env["measurements"] = str(csv_path)
+    env["measurements_sha256"] = file_sha256(csv_path)
+    sources = sorted({r.source for r in rows if r.source})
+    if sources:
+        env["sources"] = ", ".join(sources)
+    return env
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any, Path | None, list[Any]]:
+    from perfmodel.calibrate.data import check_device, dataset_from_rows, read_rows
+
+    csv_path = Path(args.csv)
+    rows, _ = read_rows(csv_path)
+    hw, spec_path = _resolve_spec(csv_path, args.gpu, rows)
+    check_device(rows, hw, str(csv_path), allow_other=args.allow_other_gpu)
+    return dataset_from_rows(rows), hw, spec_path, rows
+
+
+def fit_cmd(args: argparse.Namespace) -> int:
+    from perfmodel.calibrate.fit import fit_auto
+    from perfmodel.calibrate.profile import write_calibrated
+    from perfmodel.calibrate.report import cross_validate
+
+    t0 = time.monotonic()
+    data, hw, spec_path, rows = _load(args)
+    result, sel = fit_auto(data, hw, residual=_tristate(args.residual), prior=_prior(args.prior))
+    env = _environment(Path(args.csv), rows)
+    env["fit_prior"] = f"{sel.prior:g}"
+    env["fit_residual"] = str(sel.residual).lower()
+    extra_b: dict[str, float] = {}
+    extra_a: dict[str, float] = {}
+    if args.folds and args.folds >= 2:
+        try:
+            cv = cross_validate(data, hw, folds=args.folds, residual=sel.residual,
+                                prior=sel.prior)
+            for g in cv.to_dict()["groups"]:
+                if g["regime"] != "all":
+                    continue
+                key = "all" if g["family"] == "all" else g["family"]
+                extra_a[f"heldout.{key}.median_ape"] = g["after_heldout"]["median_ape"]
+                extra_a[f"heldout.{key}.p90_ape"] = g["after_heldout"]["p90_ape"]
+            env["heldout"] = f"leave-shape-out {args.folds}-fold"
+        except PerfmodelError as exc:
+            env["heldout"] = f"not computed: {exc.problem}"
+    out = write_calibrated(args.out, hw, result, environment=env, source_path=spec_path,
+                           extra_errors=extra_a, extra_errors_before=extra_b)
+    payload = {
+        "out": str(args.out), "device": hw.id, "points": result.n,
+        "params": result.params, "residual_tables": sorted(result.residuals),
+        "prior": sel.prior, "residual": sel.residual, "selection_scores": sel.scores,
+        "error_before": result.error_before, "error_after": {**result.error_after, **extra_a},
+        "skipped": [list(s) for s in result.skipped], "seconds": round(time.monotonic() - t0, 2),
+    }
+    if args.json:
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(f"fitted {result.n} point(s) on {hw.id} in {payload['seconds']} s "
+          f"(prior {sel.prior:g}, residual correction {'on' if sel.residual else 'off'})")
+    for k in result.keys:
+        shown = ", ".join(f"{name}={_fmt_param(name, v)}" for name, v in k.params.items())
+        if "overlap_p" in (k.defaults or {}) and "overlap_p" not in k.params \
+                and "overlap_p" not in k.fixed:
+            shown += ", overlap=hard max"
+        print(f"  {k.key:18s} n={k.n:4d}  {shown}")
+    print(f"{'':20s} {'median APE':>22s} {'p90 APE':>22s}")
+    keys = sorted({k.rsplit('.', 1)[0] for k in result.error_before})
+    for key in keys:
+        b_med = result.error_before[f"{key}.median_ape"]
+        a_med = result.error_after[f"{key}.median_ape"]
+        b_p90 = result.error_before[f"{key}.p90_ape"]
+        a_p90 = result.error_after[f"{key}.p90_ape"]
+        h = extra_a.get(f"heldout.{key}.median_ape")
+        held = f"  held-out {100 * h:5.1f}%" if h is not None and math.isfinite(h) else ""
+        print(f"  {key:18s} {100 * b_med:6.1f}% -> {100 * a_med:5.1f}%      "
+              f"{100 * b_p90:6.1f}% -> {100 * a_p90:5.1f}%{held}")
+    print(f"wrote {out.id} calibration -> {args.out} (load it with --gpu {args.out})")
+    return 0
+
+
+def _fmt_param(name: str, value: float) -> str:
+    if name == "overhead_s":
+        return f"{value * 1e6:.3g}us"
+    return f"{value:.3g}"
+
+
+# ----------------------------------------------------------------------------- report
+def report_cmd(args: argparse.Namespace) -> int:
+    from perfmodel.calibrate.fit import fit_auto
+    from perfmodel.calibrate.report import (
+        cross_validate,
+        format_table,
+        scatter_plot,
+        split_extrapolation,
+    )
+
+    data, hw, _, _ = _load(args)
+    cal_env = hw.calibration.environment if hw.calibration else {}
+    residual = _tristate(args.residual) if args.residual is not None else (
+        cal_env["fit_residual"] == "true" if "fit_residual" in cal_env else None)
+    prior = _prior(args.prior) if args.prior is not None else (
+        float(cal_env["fit_prior"]) if "fit_prior" in cal_env else None)
+    base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
+    if residual is None or prior is None:
+        _, sel = fit_auto(data, base, residual=residual, prior=prior)
+        residual, prior = sel.residual, sel.prior
+    cv = cross_validate(data, base, folds=args.folds, residual=residual, prior=prior)
+    payload: dict[str, Any] = {"device": hw.id, "points": len(data), "prior": prior,
+                               "residual": residual, **cv.to_dict()}
+    fit_mask, test_mask = split_extrapolation(data)
+    extra_lines: list[str] = []
+    if test_mask.any() and (fit_mask & data.family_mask("attention")).any():
+        from perfmodel.calibrate.fit import apply_params, fit
+
+        res = fit(data.where(fit_mask), base, residual=residual, prior=prior)
+        spec = apply_params(base, res.params, res.residuals)
+        held = data.where(test_mask)
+        import numpy as np
+
+        ape_a = np.abs(held.predict(spec) / held.measured_s - 1.0)
+        ape_b = np.abs(held.predict(base) / held.measured_s - 1.0)
+        ext = {"n": int(test_mask.sum()), "before_median_ape": float(np.median(ape_b)),
+               "before_p90_ape": float(np.percentile(ape_b, 90)),
+               "after_median_ape": float(np.median(ape_a)),
+               "after_p90_ape": float(np.percentile(ape_a, 90))}
+        payload["seq_extrapolation"] = ext
+        extra_lines.append(
+            f"attention sequence extrapolation (fit S <= 4k, predict 8k-32k, n={ext['n']}): "
+            f"before {100 * ext['before_median_ape']:.1f}% / p90 "
+            f"{100 * ext['before_p90_ape']:.1f}%, after {100 * ext['after_median_ape']:.1f}% / "
+            f"p90 {100 * ext['after_p90_ape']:.1f}%")
+    if args.plot:
+        written = scatter_plot(cv, args.plot, title=f"{hw.id}: predicted vs measured")
+        payload["plot"] = str(written) if written else None
+        if written is None:
+            extra_lines.append("plot: matplotlib is not installed; no plot written")
+        else:
+            extra_lines.append(f"plot -> {written}")
+    if args.json:
+        print(json.dumps(payload, indent=2, default=str))
+        return 0
+    print(f"{hw.id}: {len(data)} measured points; after = leave-shape-out {args.folds}-fold "
+          f"cross-validation (prior {prior:g}, residual correction "
+          f"{'on' if residual else 'off'})")
+    for line in format_table(cv):
+        print(line)
+    for line in extra_lines:
+        print(line)
+    return 0
+
+
+# ----------------------------------------------------------------------------- cpu-spec
+def cpu_spec_cmd(args: argparse.Namespace) -> int:
+    from perfmodel.calibrate.cpu import measure_cpu, write_cpu_spec
+
+    fig = measure_cpu(args.threads, quick=args.quick)
+    hw = write_cpu_spec(args.out, fig, spec_id=args.id)
+    print(f"{hw.name}: fp32 {fig.matmul_flops_per_s / 1e9:.1f} GFLOP/s, copy "
+          f"{fig.copy_bytes_per_s / 1e9:.1f} GB/s, fixed cost {fig.overhead_s * 1e6:.2f} us, "
+          f"exp {fig.exp_per_s / 1e9:.2f} G/s -> {args.out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- public
+def public_cmd(args: argparse.Namespace) -> int:
+    from perfmodel.calibrate.public import evaluate_public
+    from perfmodel.calibrate.report import group_table
+
+    evals, skipped = evaluate_public(args.paths, max_fit_rows=args.max_fit_rows,
+                                     min_rows=args.min_rows, residual=_tristate(args.residual))
+    if args.json:
+        print(json.dumps({"groups": [e.to_dict() for e in evals],
+                          "skipped": [list(s) for s in skipped]}, indent=2))
+        return 0
+    rows = [{**e.to_dict(), "group": f"{e.spec}/{e.source}/{e.op}/{e.dtype}"} for e in evals]
+    cols = [("group", "group (spec/source/op/dtype)"), ("kind", "test"), ("n", "n"),
+            ("n_fit", "fit"), ("n_test", "held out"), ("before_median", "before med"),
+            ("before_p90", "p90"), ("after_median", "after med"), ("after_p90", "p90"),
+            ("note", "chosen")]
+    for line in group_table(rows, cols):
+        print(line)
+    for name, why in skipped:
+        print(f"skipped {name}: {why}")
+    return 0
