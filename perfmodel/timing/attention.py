@@ -4,10 +4,11 @@ Kernel model (FA2/FA3-class):
 
 - Query tile q_t from SRAM: 128 rows if (128·D + 2·64·(D + D_v))·s fits in shared memory per
   SM, else 64; key tile 128 for D ≤ 64, else 64. CTAs resident per SM: 1–2 by SRAM.
-- Work units: B·H_q·⌈S_q/q_t⌉ CTAs. For decode-shaped calls (S_q·H_q/H_kv ≤ 64) the
-  G = H_q/H_kv query heads of a group are packed into one 64-row tile, giving B·H_kv CTAs;
+- Work units: B·H_q·⌈S_q/q_t⌉ CTAs. For decode (FA2: S_q = 1; FA3: S_q·H_q/H_kv ≤ 64)
+  the G = H_q/H_kv query heads of a group are packed into one 64-row tile, giving B·H_kv CTAs;
   the matrix and softmax work then runs on the whole padded tile (64/(G·S_q) times the
-  useful work), which is what makes batch-1 decode slow per CTA.
+  useful work), which is what makes batch-1 decode slow per CTA. In prefill the last query
+  tile is likewise padded to q_t rows.
 - Split-KV: ``num_splits`` (or, for ``"auto"``, the smallest split that fills the device to
   85 % of the best wave efficiency, as FlashAttention's heuristic does) multiplies CTAs and
   adds a combine kernel and fp32 partial outputs.
@@ -76,7 +77,12 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     slots = k.units * per_unit
 
     group = op.heads / op.kv_heads
-    packed = op.seq_q * group <= _DECODE_TILE
+    # FA2's KV-cache path packs a group's query heads only for a single query token; FA3
+    # packs whenever the group's rows fit one tile
+    if impl == "flash3":
+        packed = op.seq_q * group <= _DECODE_TILE
+    else:
+        packed = (op.seq_q == 1) & (group <= _DECODE_TILE)
     q_tile = np.where(packed, _DECODE_TILE, q_tile)
     base = np.where(packed, op.batch * op.kv_heads,
                     op.batch * op.heads * np.ceil(op.seq_q / q_tile))
@@ -96,7 +102,9 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
         pairs_c = op.computed_pairs(q_tile, k_tile)
         paged_rate = np.ones(())
     # decode packs G·S_q query rows into one tile: the MMA and softmax run on whole tiles
-    rows_eff = np.where(packed, q_tile / np.maximum(group * op.seq_q, 1.0), 1.0)
+    # in prefill a partly filled last query tile costs a whole tile
+    rows_eff = np.where(packed, q_tile / np.maximum(group * op.seq_q, 1.0),
+                        np.ceil(op.seq_q / q_tile) * q_tile / op.seq_q)
     bh_pairs = op.batch * op.heads * pairs_c * rows_eff
     t_tensor = 2.0 * bh_pairs * (d + dv) / (k.rate * k.attention_efficiency * paged_rate)
     t_soft = bh_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)

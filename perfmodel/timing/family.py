@@ -27,7 +27,8 @@ class FamilyParams:
     tiles_per_unit:
         Resident output tiles per SM/CU (occupancy of a GEMM kernel).
     split_k:
-        Split-K factors the library may use when tiles are too few to fill the device.
+        Split-K factors the library may use when tiles are too few to fill the device
+        (each split keeps at least 128 of k).
     sfu_per_clock:
         Special-function (exp) results per clock per SM/CU.
     memory_latency_s:
@@ -56,7 +57,7 @@ class FamilyParams:
     tensor_tiles: tuple[Tile, ...]
     vector_tiles: tuple[Tile, ...]
     tiles_per_unit: float = 1.0
-    split_k: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    split_k: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
     sfu_per_clock: float = 16.0
     memory_latency_s: float = 0.6e-6
     cta_bandwidth: float = 1.5
@@ -65,7 +66,7 @@ class FamilyParams:
     softmax_overlap: float = 0.5
     fa3_softmax_overlap: float = 0.8
     softmax_vector_ops: float = 5.0
-    paged_prefill_efficiency: float = 0.6
+    paged_prefill_efficiency: float = 0.65
     fill_waves: float = 1.0
 
 
@@ -73,10 +74,12 @@ class FamilyParams:
 _AMPERE_TILES: tuple[Tile, ...] = (
     (256.0, 128.0, 1.0), (128.0, 256.0, 1.0), (128.0, 128.0, 0.95),
     (128.0, 64.0, 0.85), (64.0, 128.0, 0.85), (64.0, 64.0, 0.65),
+    (64.0, 32.0, 0.45), (32.0, 64.0, 0.45),
 )
 _HOPPER_TILES: tuple[Tile, ...] = (
     (128.0, 256.0, 1.0), (256.0, 128.0, 1.0), (128.0, 128.0, 0.92),
     (128.0, 64.0, 0.8), (64.0, 128.0, 0.8), (64.0, 64.0, 0.55),
+    (64.0, 32.0, 0.4), (32.0, 64.0, 0.4),
 )
 _SIMT_TILES: tuple[Tile, ...] = (
     (128.0, 128.0, 1.0), (128.0, 64.0, 0.95), (64.0, 64.0, 0.85), (32.0, 32.0, 0.5),
