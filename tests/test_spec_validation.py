@@ -306,3 +306,12 @@ def test_bundled_id_twice_is_an_error(fake_catalogue: Path) -> None:
         _write(fake_catalogue / vendor, "test-gpu.yaml", _spec())
     with pytest.raises(SpecError, match="bundled twice"):
         catalog.list_hardware()
+
+
+def test_sources_key_that_is_not_a_block_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("extends: h100-sxm\nid: typo-sources\nsources: {memroy: a datasheet}\n")
+    with pytest.raises(SpecError) as info:
+        load_hardware(path)
+    assert "sources.memroy" in str(info.value.errors)
+    assert "memory" in " ".join(info.value.errors)

@@ -7,6 +7,7 @@ Peaks are **dense** figures; a sparse figure is only accepted under ``sparse_pea
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -298,6 +299,12 @@ class HardwareSpec(_Frozen):
         if self.tdp is not None:
             present.add("power")
         cited = {key.split(".")[0] for key, text in self.sources.items() if text.strip()}
+        known = {*type(self).model_fields, "power", "all"}
+        for key in sorted(cited - known):
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = (f"did you mean '{close[0]}'?" if close
+                    else f"use one of {', '.join(sorted(known))}")
+            problems.append(f"sources.{key}: not a block of the spec; {hint}")
         if "all" not in cited:
             missing = sorted(b for b in _BLOCKS_NEEDING_SOURCES if b in present and b not in cited)
             if missing:
