@@ -352,6 +352,11 @@ class Dataset:
         return [(b.index.astype(np.int64), predict(b.op, hw, extra_overhead_s=b.floor_s))
                 for b in self.batches]
 
+    def predictions_with_ops(self, hw: HardwareSpec) -> list[tuple[Array, Op, Prediction]]:
+        """(row positions, vectorised op, Prediction) per vectorised op."""
+        return [(b.index.astype(np.int64), b.op,
+                 predict(b.op, hw, extra_overhead_s=b.floor_s)) for b in self.batches]
+
     def subset(self, index: Iterable[int] | Array) -> Dataset:
         idx = [int(i) for i in np.asarray(list(index) if not isinstance(index, np.ndarray)
                                           else index).ravel()]

@@ -28,13 +28,18 @@ attention_efficiency   fused-attention tensor rate    log, [0.05, 2]
 Unfused (``naive``) attention has no parameters of its own: it is predicted from the
 gemm and stream parameters of its stages.
 
-Residual correction (optional, ``residual=True``): after the parametric fit, for each
-table key of :mod:`perfmodel.timing.residual` (per family, kernel path or op name, and
-dtype) with at least ``min_residual_rows`` rows, the log ratios e_i = log(t_i / t̂_i) are
-sorted by the size coordinate x_i = log10(FLOPs or bytes) and cut into K = min(12, n/3)
-bins of equal count; each bin gives a knot (median x, median e). The table is those knots,
-the end values repeated at the smallest and largest measured x, and r = 0 half a decade
-beyond them, so the correction fades to the parametric model outside the measured range.
+Residual correction (optional; see :mod:`perfmodel.timing.residual` for how tables enter
+predictions). After the parametric fit, for each table key (per family, kernel path or op
+name, and dtype) with at least ``min_rows`` rows, on the log ratios e_i = log(t_i / t̂_i):
+
+- ``"size"``: the rows are sorted by x_i = log10(FLOPs or bytes) and cut into
+  K = min(12, n/3) bins of equal count; each bin gives a knot (median x, median e); the
+  end values are repeated at the smallest and largest measured x, and r = 0 half a decade
+  beyond them, so the correction fades to the parametric model outside the measured range;
+- ``"shape"`` (gemm and attention; streams keep size tables): the points (log2 shape, e_i)
+  themselves, with the kernel width h chosen by leave-one-out over a grid and w0 = 0.1.
+
+A key with too few rows gives its points to the family-wide key (``stream/fp32``...).
 """
 
 from __future__ import annotations
@@ -52,11 +57,23 @@ from perfmodel.calibrate.data import Dataset
 from perfmodel.hardware.spec import Calibration, HardwareSpec
 from perfmodel.ops.cost import Array
 from perfmodel.timing.knobs import knobs_for
-from perfmodel.timing.residual import residual_keys
+from perfmodel.timing.residual import SHAPE_SUFFIX, residual_keys, shape_coordinates
 
 __all__ = [
-    "PARAMETERS", "PRIOR_GRID", "FitResult", "KeyFit", "Selection", "apply_params", "fit",
-    "fit_auto", "fit_family", "fit_residuals", "residual_table",
+    "PARAMETERS",
+    "PRIOR_GRID",
+    "RESIDUAL_MODES",
+    "FitResult",
+    "KeyFit",
+    "Selection",
+    "apply_params",
+    "fit",
+    "fit_auto",
+    "fit_family",
+    "fit_residuals",
+    "residual_mode",
+    "residual_table",
+    "shape_table",
 ]
 
 #: Parameters per family in order of importance: with few rows only the first ones are
@@ -267,19 +284,62 @@ def _general_key(key: str) -> str:
     return f"{parts[0]}/{parts[-1]}"
 
 
-def fit_residuals(data: Dataset, hw: HardwareSpec,
-                  min_rows: int = 4) -> dict[str, list[list[float]]]:
+#: Residual correction modes: none, 1-D tables over log size, kernel tables over log shape.
+RESIDUAL_MODES: tuple[str, ...] = ("off", "size", "shape")
+_SHAPE_WIDTHS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+_SHAPE_W0 = 0.1
+
+
+def residual_mode(value: bool | str | None) -> str:
+    """``True``/``"on"`` -> ``"size"``, ``False``/``None`` -> ``"off"``, else the mode."""
+    if value is None or value is False:
+        return "off"
+    if value is True:
+        return "size"
+    key = str(value).strip().lower()
+    key = {"on": "size", "true": "size", "false": "off", "none": "off"}.get(key, key)
+    if key not in RESIDUAL_MODES:
+        raise PerfmodelError("residual", f"unknown residual correction {value!r}",
+                             f"use one of {', '.join(RESIDUAL_MODES)}")
+    return key
+
+
+def shape_table(x: Array, e: Array, w0: float = _SHAPE_W0) -> list[list[float]]:
+    """A shape table: [h, w0] then [x_1 … x_d, e] per point, h chosen by leave-one-out
+    (mean |error| of each point predicted from the others) over a grid of widths."""
+    xs = np.asarray(x, dtype=np.float64)
+    es = np.asarray(e, dtype=np.float64)
+    d2 = ((xs[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
+    best_h, best = _SHAPE_WIDTHS[0], math.inf
+    for h in _SHAPE_WIDTHS:
+        w = np.exp(-0.5 * d2 / h**2)
+        np.fill_diagonal(w, 0.0)
+        loo = float(np.mean(np.abs((w @ es) / (w.sum(axis=1) + w0) - es)))
+        if loo < best:
+            best_h, best = h, loo
+    rows = [[best_h, w0]]
+    rows.extend([*(round(float(v), 6) for v in xi), round(float(ei), 6)]
+                for xi, ei in zip(xs, es, strict=True))
+    return rows
+
+
+def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
+                  mode: str = "size") -> dict[str, list[list[float]]]:
     """Residual tables of ``hw`` (already carrying the fitted parameters) for ``data``.
 
     Tables are fitted family by family (streams, then GEMMs, then attention), each on the
     predictions that include the tables already fitted, since unfused attention is made of
     GEMM and stream kernels.
     """
+    mode = residual_mode(mode)
     tables: dict[str, list[list[float]]] = {}
+    if mode == "off":
+        return tables
     spec = hw
     for family in sorted(_RESIDUAL_ORDER, key=_RESIDUAL_ORDER.__getitem__):
-        points: dict[str, tuple[list[float], list[float]]] = {}
-        for idx, p in data.predictions(spec):
+        use_shape = mode == "shape" and family != "stream"
+        points: dict[str, tuple[list[Any], list[float]]] = {}
+        for idx, op, p in data.predictions_with_ops(spec):
             rows = [data.rows[i] for i in idx]
             if rows[0].family.split("-")[0] != family:
                 continue
@@ -287,35 +347,47 @@ def fit_residuals(data: Dataset, hw: HardwareSpec,
             keys = residual_keys(p, causal)
             if not keys:
                 continue
-            size = p.flops if p.op in ("gemm", "attention") else p.bytes_min
-            x = np.log10(np.maximum(np.atleast_1d(np.asarray(size, dtype=np.float64)), 1.0))
-            x = np.broadcast_to(x, (len(idx),)) if x.size == 1 else x
             pred = np.atleast_1d(np.asarray(p.latency_s, dtype=np.float64))
             e = np.log(data.measured_s[idx] / pred)
+            if use_shape:
+                coords = shape_coordinates(op)
+                x: list[Any] = [] if coords is None else list(coords)
+            else:
+                size = p.flops if p.op in ("gemm", "attention") else p.bytes_min
+                sz = np.log10(np.maximum(np.atleast_1d(np.asarray(size, dtype=np.float64)), 1))
+                x = list(np.broadcast_to(sz, (len(idx),)))
+            if len(x) != len(idx):
+                continue
             xs, es = points.setdefault(keys[0], ([], []))
-            xs.extend(float(v) for v in x)
+            xs.extend(x)
             es.extend(float(v) for v in e)
         # a specific key with too few rows gives its points to the family-wide key
-        pooled: dict[str, tuple[list[float], list[float]]] = {}
+        pooled: dict[str, tuple[list[Any], list[float]]] = {}
         for key, (xs, es) in points.items():
             target = key if len(xs) >= min_rows else _general_key(key)
             pxs, pes = pooled.setdefault(target, ([], []))
             pxs.extend(xs)
             pes.extend(es)
-        new = {key: residual_table(np.asarray(xs), np.asarray(es))
-               for key, (xs, es) in pooled.items() if len(xs) >= min_rows}
+        new: dict[str, list[list[float]]] = {}
+        for key, (xs, es) in pooled.items():
+            if len(xs) < min_rows:
+                continue
+            if use_shape:
+                new[key + SHAPE_SUFFIX] = shape_table(np.asarray(xs), np.asarray(es))
+            else:
+                new[key] = residual_table(np.asarray(xs), np.asarray(es))
         tables.update(new)
         spec = apply_params(spec, {}, new)
     return tables
 
 
 def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float = 0.02,
-        families: Sequence[str] | None = None, residual: bool = False) -> FitResult:
+        families: Sequence[str] | None = None, residual: bool | str = False) -> FitResult:
     """Fit every (family, dtype) key present in ``data`` and report in-sample errors.
 
     Keys with no parameters of their own (unfused attention) are predicted with the
     fitted gemm and stream parameters. ``families`` restricts which keys are fitted;
-    ``residual`` adds the residual correction tables.
+    ``residual`` adds residual correction tables (``"size"`` or ``True``, ``"shape"``).
     """
     if len(data) == 0:
         raise PerfmodelError("measurements", "no rows to fit", "measure some kernels first")
@@ -339,7 +411,7 @@ def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float =
             continue
         keys.append(kf)
         spec = apply_params(spec, {kf.key: kf.params})
-    tables = fit_residuals(data, spec) if residual else {}
+    tables = fit_residuals(data, spec, mode=residual_mode(residual))
     spec = apply_params(spec, {}, tables)
     before = data.predict(base)
     after = data.predict(spec)
@@ -362,7 +434,7 @@ class Selection:
     """Options chosen by :func:`fit_auto` and the inner cross-validation scores."""
 
     prior: float
-    residual: bool
+    residual: str
     scores: dict[str, float]
     """Mean |log(predicted/measured)| on held-out shapes per option ``prior=...,residual=...``."""
 
@@ -377,8 +449,8 @@ def _folds_by_shape(data: Dataset, folds: int, seed: int = 1) -> Array:
     return np.asarray(perm[ids] % folds)
 
 
-def fit_auto(data: Dataset, hw: HardwareSpec, *, residual: bool | None = None,
-             prior: float | None = None, folds: int = 3, f_scale: float = 0.1,
+def fit_auto(data: Dataset, hw: HardwareSpec, *, residual: bool | str | None = None,
+             prior: float | None = None, folds: int | None = None, f_scale: float = 0.1,
              families: Sequence[str] | None = None) -> tuple[FitResult, Selection]:
     """:func:`fit` with the prior weight λ and the residual correction chosen by k-fold
     cross-validation over shapes inside ``data`` (None = choose; a value = use it).
@@ -386,11 +458,14 @@ def fit_auto(data: Dataset, hw: HardwareSpec, *, residual: bool | None = None,
     The score of an option is the mean |log(t̂/t)| on held-out shapes: it weighs the
     tail of the errors, which is where a loose fit on few points goes wrong. With the
     data too small for ``folds`` folds, the defaults (λ = 0.1, no residual) are used.
+    ``residual`` is a mode of :data:`RESIDUAL_MODES` (or a bool); None tries them all.
     """
     priors = PRIOR_GRID if prior is None else (prior,)
-    residuals = (False, True) if residual is None else (residual,)
+    residuals = RESIDUAL_MODES if residual is None else (residual_mode(residual),)
     options = [(p, r) for p in priors for r in residuals]
     n_shapes = len({r.shape_key for r in data.rows})
+    if folds is None:  # few points: more folds, so each fit sees most of them
+        folds = 10 if n_shapes <= 60 else 5 if n_shapes <= 300 else 3
     scores: dict[str, float] = {}
     if len(options) > 1 and n_shapes >= 2 * folds:
         fold = _folds_by_shape(data, folds)
@@ -411,7 +486,7 @@ def fit_auto(data: Dataset, hw: HardwareSpec, *, residual: bool | None = None,
                                                   if errs else math.inf)
         best = min(options, key=lambda o: scores[f"prior={o[0]:g},residual={o[1]}"])
     else:
-        best = (prior if prior is not None else 0.1, bool(residual))
+        best = (prior if prior is not None else 0.1, residual_mode(residual))
     result = fit(data, hw, f_scale=f_scale, prior=best[0], families=families,
                  residual=best[1])
     return result, Selection(prior=best[0], residual=best[1], scores=scores)

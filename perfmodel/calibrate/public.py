@@ -82,7 +82,8 @@ def _ape(pred: Any, meas: Any) -> tuple[float, float]:
     return float(np.median(a)), float(np.percentile(a, 90))
 
 
-def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30, residual: bool | None = None,
+def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30,
+                   residual: bool | str | None = None,
                    kind: str = "shapes") -> GroupEval:
     """Fit ``rows`` (one group) on at most ``max_fit_rows`` shapes; errors on the rest."""
     r0 = rows[0]
@@ -115,7 +116,7 @@ def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30, residual: bool |
 
 
 def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_rows: int = 100,
-                    residual: bool | None = None, extrapolation: bool = True
+                    residual: bool | str | None = None, extrapolation: bool = True
                     ) -> tuple[list[GroupEval], list[tuple[str, str]]]:
     """Evaluate every group with ≥ ``min_rows`` rows in the CSVs ``paths`` (files, or folders
     holding ``*.csv``). Returns (evaluations, skipped groups with the reason)."""

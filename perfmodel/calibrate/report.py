@@ -23,7 +23,7 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel.calibrate.data import Dataset
-from perfmodel.calibrate.fit import FitResult, apply_params, fit
+from perfmodel.calibrate.fit import FitResult, apply_params, fit, residual_mode
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.cost import Array
 
@@ -44,7 +44,7 @@ class CrossValidation:
     insample_s: Array
     regime: tuple[str, ...]
     folds: int
-    residual: bool
+    residual: str
     full_fit: FitResult
 
     def groups(self) -> dict[tuple[str, str], Array]:
@@ -89,7 +89,8 @@ def _shape_folds(data: Dataset, folds: int, seed: int) -> Array:
     return np.asarray(perm[ids] % folds)
 
 
-def cross_validate(data: Dataset, hw: HardwareSpec, *, folds: int = 5, residual: bool = False,
+def cross_validate(data: Dataset, hw: HardwareSpec, *, folds: int = 5,
+                   residual: bool | str = False,
                    seed: int = 0, fitter: Callable[..., FitResult] | None = None,
                    **fit_kwargs: Any) -> CrossValidation:
     """Leave-shape-out k-fold cross-validation of :func:`perfmodel.calibrate.fit.fit`."""
@@ -118,7 +119,7 @@ def cross_validate(data: Dataset, hw: HardwareSpec, *, folds: int = 5, residual:
         regime[idx] = np.atleast_1d(np.asarray(p.bottleneck))
     return CrossValidation(data=data, before_s=data.predict(base), heldout_s=heldout,
                            insample_s=insample, regime=tuple(str(r) for r in regime),
-                           folds=folds, residual=residual, full_fit=full)
+                           folds=folds, residual=residual_mode(residual), full_fit=full)
 
 
 def _pct(x: float) -> str:

@@ -326,8 +326,8 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
     t_start = time.monotonic()
     out = Path(out)
     if out.exists() and out.stat().st_size > 0 and not resume:
-        raise PerfmodelError(str(out), "already exists", "pass --resume to continue it, or a "
-                             "new --out path")
+        raise PerfmodelError(str(out), "already exists (and resuming is off)",
+                             "drop --no-resume to continue it, or pass a new --out path")
     out.parent.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     spec_file: Path | None = None
@@ -381,7 +381,8 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
     est = estimate_seconds(todo, hw, kind)
     mem_limit = 0.4 * hw.memory.capacity
     chosen = select_cases(todo, est, remaining, memory_limit_bytes=mem_limit)
-    chosen_est = [float(e) for c, e in zip(todo, est, strict=False) if c in set(chosen)]
+    chosen_set = set(chosen)
+    chosen_est = [float(e) for c, e in zip(todo, est, strict=True) if c in chosen_set]
     left_out = len(todo) - len(chosen)
     say(f"{len(chosen)} of {len(suite)} cases to measure on {device_name} "
         f"({len(done)} already in {out.name}, {left_out} left out by the budget); "
@@ -450,7 +451,7 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
         #    kept for step 3), take more of the cases the budget had left out
         spent_est = sum(chosen_est[: len(taken)])
         pace = (time.monotonic() - t_start - spent) / spent_est if spent_est > 0 else 1.0
-        rest = [(c, float(e)) for c, e in zip(todo, est, strict=False) if c not in set(chosen)]
+        rest = [(c, float(e)) for c, e in zip(todo, est, strict=True) if c not in chosen_set]
         for case, est_i in rest:
             if stopped or est_i > 0.08 * budget_s:
                 continue

@@ -52,15 +52,18 @@ def parse_budget(text: str) -> float:
     return value
 
 
-def _tristate(text: str) -> bool | None:
+def _residual(text: str) -> str | None:
+    """--residual: auto (None: chosen by cross-validation), off, size (or on), shape."""
+    from perfmodel.calibrate.fit import residual_mode
+
     key = text.strip().lower()
     if key in ("auto", ""):
         return None
-    if key in ("on", "yes", "true", "1"):
-        return True
-    if key in ("off", "no", "false", "0"):
-        return False
-    raise PerfmodelError("--residual", f"unknown value {text!r}", "use auto, on or off")
+    try:
+        return residual_mode(key)
+    except PerfmodelError:
+        raise PerfmodelError("--residual", f"unknown value {text!r}",
+                             "use auto, off, size (or on) or shape") from None
 
 
 def _prior(text: str) -> float | None:
@@ -112,7 +115,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "'calibrate run', or the CSV's spec column)")
     p.add_argument("--out", required=True, help="calibrated profile to write (YAML)")
     p.add_argument("--residual", default="auto", help="residual correction: auto (chosen by "
-                   "cross-validation), on, off")
+                   "cross-validation), off, size (1-D over log size) or shape (kernel "
+                   "regression over log shape)")
     p.add_argument("--prior", default="auto", help="weight pulling parameters toward the "
                    "spec's defaults: auto (cross-validated) or a number")
     p.add_argument("--folds", type=int, default=5, help="folds of the held-out error "
@@ -129,7 +133,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu", help="spec id, YAML, or the calibrated profile (its recorded fit "
                    "options are reused)")
     p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--residual", default=None, help="auto, on or off (default: as fitted)")
+    p.add_argument("--residual", default=None, help="auto, off, size or shape (default: as "
+                   "fitted)")
     p.add_argument("--prior", default=None, help="auto or a number (default: as fitted)")
     p.add_argument("--plot", help="write a predicted-vs-measured scatter plot (PNG)")
     p.add_argument("--allow-other-gpu", action="store_true")
@@ -152,7 +157,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("paths", nargs="+", help="CSV files or folders of CSVs")
     p.add_argument("--max-fit-rows", type=int, default=30)
     p.add_argument("--min-rows", type=int, default=100)
-    p.add_argument("--residual", default="auto", help="auto, on or off")
+    p.add_argument("--residual", default="auto", help="auto, off, size or shape")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=public_cmd)
 
@@ -274,10 +279,10 @@ def fit_cmd(args: argparse.Namespace) -> int:
 
     t0 = time.monotonic()
     data, hw, spec_path, rows = _load(args)
-    result, sel = fit_auto(data, hw, residual=_tristate(args.residual), prior=_prior(args.prior))
+    result, sel = fit_auto(data, hw, residual=_residual(args.residual), prior=_prior(args.prior))
     env = _environment(Path(args.csv), rows)
     env["fit_prior"] = f"{sel.prior:g}"
-    env["fit_residual"] = str(sel.residual).lower()
+    env["fit_residual"] = sel.residual
     extra_b: dict[str, float] = {}
     extra_a: dict[str, float] = {}
     if args.folds and args.folds >= 2:
@@ -306,7 +311,7 @@ def fit_cmd(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
         return 0
     print(f"fitted {result.n} point(s) on {hw.id} in {payload['seconds']} s "
-          f"(prior {sel.prior:g}, residual correction {'on' if sel.residual else 'off'})")
+          f"(prior {sel.prior:g}, residual correction: {sel.residual})")
     for k in result.keys:
         shown = ", ".join(f"{name}={_fmt_param(name, v)}" for name, v in k.params.items())
         if "overlap_p" in (k.defaults or {}) and "overlap_p" not in k.params \
@@ -346,8 +351,8 @@ def report_cmd(args: argparse.Namespace) -> int:
 
     data, hw, _, _ = _load(args)
     cal_env = hw.calibration.environment if hw.calibration else {}
-    residual = _tristate(args.residual) if args.residual is not None else (
-        cal_env["fit_residual"] == "true" if "fit_residual" in cal_env else None)
+    residual = _residual(args.residual) if args.residual is not None else (
+        cal_env.get("fit_residual"))
     prior = _prior(args.prior) if args.prior is not None else (
         float(cal_env["fit_prior"]) if "fit_prior" in cal_env else None)
     base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
@@ -390,8 +395,7 @@ def report_cmd(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2, default=str))
         return 0
     print(f"{hw.id}: {len(data)} measured points; after = leave-shape-out {args.folds}-fold "
-          f"cross-validation (prior {prior:g}, residual correction "
-          f"{'on' if residual else 'off'})")
+          f"cross-validation (prior {prior:g}, residual correction: {residual})")
     for line in format_table(cv):
         print(line)
     for line in extra_lines:
@@ -417,7 +421,7 @@ def public_cmd(args: argparse.Namespace) -> int:
     from perfmodel.calibrate.report import group_table
 
     evals, skipped = evaluate_public(args.paths, max_fit_rows=args.max_fit_rows,
-                                     min_rows=args.min_rows, residual=_tristate(args.residual))
+                                     min_rows=args.min_rows, residual=_residual(args.residual))
     if args.json:
         print(json.dumps({"groups": [e.to_dict() for e in evals],
                           "skipped": [list(s) for s in skipped]}, indent=2))

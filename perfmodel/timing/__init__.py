@@ -60,13 +60,14 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0) ->
     # apply_residual: a calibrated profile's residual tables (timing/residual.py); a no-op
     # for specs without them.
     if isinstance(op, Gemm):
-        return apply_residual(_predict_gemm(op, spec, extra_overhead_s), spec, extra_overhead_s)
+        return apply_residual(_predict_gemm(op, spec, extra_overhead_s), spec, extra_overhead_s,
+                              op=op)
     if isinstance(op, Attention):
         if op.impl == "naive":
             p = _predict_naive(op, spec, extra_overhead_s)
         else:
             p = _predict_flash(op, spec, extra_overhead_s)
-        return apply_residual(p, spec, extra_overhead_s, causal=op.causal)
+        return apply_residual(p, spec, extra_overhead_s, causal=op.causal, op=op)
     if isinstance(op, AllReduce):
         return _predict_allreduce(op, spec, extra_overhead_s)
     if isinstance(op, (Elementwise, Norm, Activation, Rotary, Softmax, Embedding)):

@@ -1,25 +1,32 @@
 """Calibrated residual correction: the hook through which a calibrated profile's
 ``calibration.residuals`` tables reach predictions.
 
-A table (written by ``perfmodel calibrate fit --residual``) is a list of rows [x, r] sorted
-by x, where x = log10 of the op's size coordinate and r = log(measured / predicted) of the
-parametric model at that size. A prediction with kernel-only latency t becomes
+A prediction with kernel-only latency t becomes
 
-    t' = t · exp(r(x)),   r = linear interpolation in the table, 0 outside it,
+    t' = t · exp(r),
 
 with compute, memory and fixed parts scaled alike (so latency = overlap(parts) + fixed
-still holds) and any timing-method floor (``extra_overhead_s``) added after. The tables
-end in rows with r = 0, so the correction fades to the parametric model outside the
-measured range.
+still holds) and any timing-method floor (``extra_overhead_s``) added after. r is read
+from the first table found for the op (keys below), of one of two kinds, both fitted by
+``perfmodel calibrate fit`` on r_i = log(measured_i / predicted_i):
 
-Size coordinate: FLOPs for gemm and attention, minimum bytes moved for streaming ops.
-Table keys, most specific first, for an op of dtype d:
+- **size table**, key ``K``: rows [x, r] sorted by x, x = log10 of the op's size (FLOPs for
+  gemm and attention, minimum bytes moved for streaming ops); r is interpolated linearly
+  and is 0 outside the table, whose end rows have r = 0 (the correction fades to the
+  parametric model outside the measured range);
+- **shape table**, key ``K#shape`` (gemm and attention): a first row [h, w0], then rows
+  [x_1 … x_d, r_i] with x = log2 of the op's shape (gemm: m, n, k, batch; attention: batch,
+  heads, kv_heads, seq_q, seq_kv, head_dim). r is the kernel-weighted mean
 
-- gemm: ``gemm/d``;
-- attention: ``attention/<path>[-causal]/d`` then ``attention/d`` (path: flash2, flash3,
-  paged, naive ...);
-- streaming ops: ``stream/<op name>/d`` (copy, add, rmsnorm, layernorm, gelu, softmax ...)
-  then ``stream/d``.
+      r(x) = Σ w_i·r_i / (Σ w_i + w0),   w_i = exp(−|x − x_i|² / (2h²)),
+
+  which follows the measured shapes near them and falls to 0 (the parametric model) far
+  from all of them; w0 sets how many nearby points it takes to trust them.
+
+Keys K, most specific first, for an op of dtype d: gemm ``gemm/d``; attention
+``attention/<path>[-causal]/d`` then ``attention/d`` (path: flash2, flash3, paged, naive…);
+streaming ops ``stream/<op name>/d`` then ``stream/d``. For each K the shape table is
+tried before the size table.
 """
 
 from __future__ import annotations
@@ -32,7 +39,10 @@ import numpy as np
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.timing.prediction import Prediction, as_value
 
-__all__ = ["apply_residual", "residual_keys"]
+__all__ = ["SHAPE_SUFFIX", "apply_residual", "residual_keys", "shape_coordinates"]
+
+SHAPE_SUFFIX = "#shape"
+_CHUNK = 4096
 
 
 def residual_keys(p: Prediction, causal: bool = False) -> tuple[str, ...]:
@@ -48,30 +58,67 @@ def residual_keys(p: Prediction, causal: bool = False) -> tuple[str, ...]:
     return (f"stream/{p.op}/{d}", f"stream/{d}")
 
 
-def _interp(table: list[list[float]], x: Any) -> Any:
+def shape_coordinates(op: Any) -> np.ndarray | None:
+    """log2 of the shape fields of a Gemm or Attention op, shape (rows, d); None for
+    other ops."""
+    names: tuple[str, ...]
+    if getattr(op, "name", "") == "gemm":
+        names = ("m", "n", "k", "batch")
+    elif getattr(op, "name", "") == "attention":
+        names = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim")
+    else:
+        return None
+    fields = np.broadcast_arrays(*(np.asarray(getattr(op, n), dtype=np.float64) for n in names))
+    coords: np.ndarray = np.log2(np.maximum(np.stack([f.ravel() for f in fields], axis=1), 1.0))
+    return coords
+
+
+def _size_table(table: list[list[float]], x: Any) -> Any:
     arr = np.asarray(table, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[0] < 2 or arr.shape[1] < 2:
+    if arr.ndim != 2 or arr.shape[0] < 2 or arr.shape[1] != 2:
         return np.zeros(np.shape(x))
     return np.interp(x, arr[:, 0], arr[:, 1], left=0.0, right=0.0)
 
 
+def _shape_table(table: list[list[float]], coords: np.ndarray) -> np.ndarray:
+    h, w0 = float(table[0][0]), float(table[0][1])
+    pts = np.asarray(table[1:], dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[0] == 0 or pts.shape[1] != coords.shape[1] + 1 or h <= 0:
+        return np.zeros(coords.shape[0])
+    xs, rs = pts[:, :-1], pts[:, -1]
+    out = np.empty(coords.shape[0])
+    for start in range(0, coords.shape[0], _CHUNK):
+        q = coords[start:start + _CHUNK]
+        d2 = ((q[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
+        w = np.exp(-0.5 * d2 / h**2)
+        out[start:start + _CHUNK] = (w @ rs) / (w.sum(axis=1) + w0)
+    return out
+
+
 def apply_residual(p: Prediction, hw: HardwareSpec, extra_overhead_s: float = 0.0,
-                   causal: bool = False) -> Prediction:
+                   causal: bool = False, op: Any = None) -> Prediction:
     """``p`` corrected by the first matching residual table of ``hw``; ``p`` unchanged if
-    the spec has none."""
+    the spec has none. ``op`` (the predicted op) is needed for shape tables."""
     cal = hw.calibration
     if cal is None or not cal.residuals:
         return p
-    table = next((cal.residuals[k] for k in residual_keys(p, causal) if k in cal.residuals),
-                 None)
-    if table is None:
+    r: Any = None
+    coords = shape_coordinates(op) if op is not None else None
+    for key in residual_keys(p, causal):
+        shape = cal.residuals.get(key + SHAPE_SUFFIX)
+        if shape is not None and coords is not None and len(shape) > 1:
+            r = _shape_table(shape, coords).reshape(np.shape(p.latency_s))
+            break
+        if key in cal.residuals:
+            size = p.flops if p.op in ("gemm", "attention") else p.bytes_min
+            x = np.log10(np.maximum(np.asarray(size, dtype=np.float64), 1.0))
+            r = _size_table(cal.residuals[key], x)
+            break
+    if r is None:
         return p
-    size = p.flops if p.op in ("gemm", "attention") else p.bytes_min
-    x = np.log10(np.maximum(np.asarray(size, dtype=np.float64), 1.0))
-    f = np.exp(_interp(table, x))
+    f = np.exp(r)
     lat = np.asarray(p.latency_s, dtype=np.float64)
-    kernel = lat - extra_overhead_s
-    new_lat = kernel * f + extra_overhead_s
+    new_lat = (lat - extra_overhead_s) * f + extra_overhead_s
     ratio = lat / np.maximum(new_lat, 1e-30)
     return dataclasses.replace(
         p, latency_s=as_value(new_lat),
