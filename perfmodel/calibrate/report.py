@@ -145,7 +145,7 @@ def group_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str
     """A plain fixed-width table of dict rows; ``columns`` = (key, header)."""
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return _pct(v) if abs(v) < 100 else f"{v:.3g}"
+            return _pct(v).strip() if abs(v) < 100 else f"{v:.3g}"
         return str(v)
 
     cells = [[cell(r.get(k, "")) for k, _ in columns] for r in rows]
