@@ -7,7 +7,8 @@ Schema (columns; order free, extra columns kept in ``extra``)::
 
 Only ``op``, ``dtype``, ``measured_us`` and the op's shape columns are required
 (GEMM: m, n, k [batch]; attention: batch, heads, seq_q, seq_kv, head_dim [kv_heads,
-causal]); ``spec`` may be replaced by an explicit device. A row that cannot be used is
+causal]; copy/add: m = elements; rmsnorm, layernorm, silu_mul, gelu, softmax: m = rows,
+n = width); ``spec`` may be replaced by an explicit device. A row that cannot be used is
 never dropped silently: it is returned as skipped with its reason.
 """
 
@@ -30,7 +31,12 @@ COLUMNS: tuple[str, ...] = (
     "measured_tflops", "timing", "notes",
 )
 _REQUIRED = ("op", "dtype", "measured_us")
-_SHAPE = {"gemm": ("m", "n", "k"), "attention": ("heads", "seq_q", "seq_kv", "head_dim")}
+_SHAPE = {
+    "gemm": ("m", "n", "k"), "attention": ("heads", "seq_q", "seq_kv", "head_dim"),
+    # small streaming ops (calibration writes them): m = elements or rows, n = width
+    "copy": ("m",), "add": ("m",), "rmsnorm": ("m", "n"), "layernorm": ("m", "n"),
+    "silu_mul": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
+}
 _INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim")
 
 

@@ -24,12 +24,21 @@ from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.measurements import Measurement, MeasurementSet, read_measurements
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.cost import Array
+from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing import predict
 
 __all__ = [
-    "TIMING_FLOORS", "ErrorStats", "GroupResult", "ValidationReport", "error_stats",
-    "kernel_path", "timing_floor", "validate",
+    "TIMING_FLOORS",
+    "ErrorStats",
+    "GroupResult",
+    "ValidationReport",
+    "effective_dtype",
+    "error_stats",
+    "kernel_path",
+    "stream_op",
+    "timing_floor",
+    "validate",
 ]
 
 #: Time a measurement method adds to the kernel time, s, and why. Kernel-timed sources get
@@ -37,6 +46,10 @@ __all__ = [
 #: host wall clock with synchronize adds launch and sync; nvbench's cold runs flush L2 and
 #: time from an event recorded before the launch.
 TIMING_FLOORS: dict[str, tuple[float, str]] = {
+    "perfmodel_cuda_event_pair_l2_flushed_median": (
+        0.0, "perfmodel's own harness: CUDA events around the kernel, L2 flushed"),
+    "perfmodel_cpu_perf_counter_median": (
+        0.0, "perfmodel's own harness on the CPU: a monotonic timer around the call"),
     "torch_profiler_kernel_sum_median_of20": (
         0.0, "kernel sum from the profiler: kernel time only"),
     "torch_profiler_kernel_sum_median_of5": (
@@ -175,7 +188,29 @@ class ValidationReport:
         }
 
 
+StreamOp = Elementwise | Norm | Activation | Softmax
+
+
+def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
+    """The perfmodel op of a streaming measurement row: ``copy``/``add`` over m elements;
+    ``rmsnorm``/``layernorm``/``silu_mul``/``gelu``/``softmax`` over m rows of width n."""
+    if op == "copy":
+        return Elementwise(m, reads=1, writes=1, flops_per_element=0, dtype=dtype, kind="copy")
+    if op == "add":
+        return Elementwise(m, reads=2, writes=1, flops_per_element=1, dtype=dtype, kind="add")
+    if op in ("rmsnorm", "layernorm"):
+        return Norm(m, n, kind="rms" if op == "rmsnorm" else "layer", dtype=dtype)
+    if op in ("silu_mul", "gelu"):
+        return Activation(m, n, kind=op, dtype=dtype)
+    if op == "softmax":
+        return Softmax(m, n, dtype=dtype)
+    raise PerfmodelError("op", f"unknown streaming op {op!r}",
+                         "use copy, add, rmsnorm, layernorm, silu_mul, gelu or softmax")
+
+
 def _batch_key(row: Measurement) -> tuple[Any, ...]:
+    if row.op not in ("gemm", "attention"):
+        return (row.op, row.dtype, row.timing)
     if row.op == "gemm":
         return (row.op, row.dtype, "bias=y" in row.notes.lower() or "bias=true" in
                 row.impl.lower(), row.timing)
@@ -196,7 +231,10 @@ def effective_dtype(row: Measurement, spec: HardwareSpec) -> tuple[str, str]:
     return dtype, ""
 
 
-def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str) -> Gemm | Attention:
+def _build(rows: Sequence[Measurement], key: tuple[Any, ...],
+           dtype: str) -> Gemm | Attention | StreamOp:
+    if key[0] not in ("gemm", "attention"):
+        return stream_op(key[0], dtype, _arr(rows, "m", 1), _arr(rows, "n", 1))
     if key[0] == "gemm":
         return Gemm(m=_arr(rows, "m", 1), n=_arr(rows, "n", 1), k=_arr(rows, "k", 1),
                     batch=_arr(rows, "batch", 1), dtype=dtype, bias=bool(key[2]))
@@ -208,9 +246,15 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str) -> Gem
                      impl=str(key[3]), num_splits=key[4])
 
 
-def _bare_roofline(op: Gemm | Attention, hw: HardwareSpec) -> Array:
-    flops = op.flops()
-    return np.asarray(np.maximum(flops / hw.peak(op.dtype), op.bytes_min() / hw.memory.bandwidth),
+def _bare_roofline(op: Gemm | Attention | StreamOp, hw: HardwareSpec) -> Array:
+    if isinstance(op, (Gemm, Attention)):
+        flops, bytes_min = op.flops(), op.bytes_min()
+        peak = hw.peak(op.dtype)
+    else:  # streaming ops: vector FLOPs at the fp32 (vector) peak
+        cost = op.cost()
+        flops, bytes_min = cost.flops, cost.bytes_min
+        peak = hw.peaks["fp32"].peak if "fp32" in hw.peaks else hw.peak(op.dtype)
+    return np.asarray(np.maximum(flops / peak, bytes_min / hw.memory.bandwidth),
                       dtype=np.float64)
 
 
@@ -271,7 +315,7 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
         pred.append(latency)
         base.append(np.atleast_1d(b))
         for r in group:
-            label = key[4] if r.op == "attention" else "gemm"
+            label = r.op
             if r.op == "attention":
                 label = f"{key[4]} (num_splits={key[5]}): {kernel_path(r.impl)[2]}"
             paths[(spec_id, r.source, r.op, r.dtype)].add(str(label))

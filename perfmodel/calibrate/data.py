@@ -44,7 +44,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing import Prediction, predict
-from perfmodel.validation import kernel_path, timing_floor
+from perfmodel.validation import kernel_path, stream_op, timing_floor
 
 __all__ = [
     "STREAM_OPS", "Dataset", "Row", "check_device", "dataset_from_rows", "read_rows",
@@ -301,18 +301,8 @@ def build_op(static: tuple[Any, ...], sizes: Array) -> Op:
                          seq_kv=col[4], head_dim=col[5], causal=bool(static[2]),
                          dtype=static[1], impl=str(static[3]), num_splits=static[4])
     op, dtype = static[1], static[2]
-    if op == "copy":
-        return Elementwise(col[0], reads=1, writes=1, flops_per_element=0, dtype=dtype,
-                           kind="copy")
-    if op == "add":
-        return Elementwise(col[0], reads=2, writes=1, flops_per_element=1, dtype=dtype,
-                           kind="add")
-    if op in ("rmsnorm", "layernorm"):
-        return Norm(col[0], col[1], kind="rms" if op == "rmsnorm" else "layer", dtype=dtype)
-    if op in ("silu_mul", "gelu"):
-        return Activation(col[0], col[1], kind=op, dtype=dtype)
-    if op == "softmax":
-        return Softmax(col[0], col[1], dtype=dtype)
+    if op in STREAM_OPS:
+        return stream_op(op, dtype, col[0], col[1] if len(col) > 1 else 1)
     raise PerfmodelError("op", f"unknown op {op!r}", f"use one of {', '.join(_KNOWN_OPS)}")
 
 
