@@ -121,3 +121,11 @@ def test_negative_timing_floor_is_rejected() -> None:
     with pytest.raises(PerfmodelError) as info:
         pm.predict(pm.Gemm(m=64, n=64, k=64), "h100-sxm", extra_overhead_s=-1e-6)
     assert info.value.field == "extra_overhead_s"
+
+
+def test_flash3_on_a_pre_hopper_gpu_names_the_impl() -> None:
+    op = pm.Attention(batch=1, heads=8, seq_q=1024, head_dim=128, dtype="fp16", impl="flash3")
+    with pytest.raises(PerfmodelError) as info:
+        pm.predict(op, "a100-80gb-sxm")
+    assert info.value.field == "impl"
+    assert pm.predict(op, "h100-sxm").latency_s > 0

@@ -35,6 +35,8 @@ Op = Gemm | Attention | StreamOp | AllReduce
 #: Achievable fraction of a GPU-GPU link's per-direction bandwidth (NVLink/IF measure
 #: 80–88 % of spec, PCIe 85–88 %: hardware-datasheets.md, memory and interconnect table).
 LINK_EFFICIENCY = 0.8
+#: Families with FA3/cuDNN-class fused attention (warp-specialised, TMA).
+_FA3_ARCHS = ("hopper", "blackwell")
 #: Per-step latency when the spec gives none for its link, s.
 DEFAULT_LINK_LATENCY_S = 5e-6
 
@@ -105,6 +107,10 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, extra: float) -> Prediction:
 def _predict_flash(op: Attention, spec: HardwareSpec, extra: float) -> Prediction:
     _check_dtype(spec, op.dtype)
     _check_dtype(spec, op.kv_dtype, "kv_dtype")
+    if op.impl == "flash3" and spec.arch not in _FA3_ARCHS:
+        raise PerfmodelError("impl", f"flash3 (FA3-class) kernels need Hopper or later; "
+                             f"{spec.id} is {spec.arch}",
+                             "use impl='flash' (the native fused kernel) or 'flash2'")
     k = knobs_for(spec, "attention", op.dtype)
     t = time_flash(op, k)
     return make_prediction(
