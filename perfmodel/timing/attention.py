@@ -97,7 +97,7 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     if impl == "paged":
         rect = op.seq_q * op.seq_kv
         pairs_c = np.where(prefill, rect, op.computed_pairs(q_tile, k_tile))
-        paged_rate = np.where(prefill, k.family.paged_prefill_efficiency, 1.0)
+        paged_rate = np.where(prefill, k.paged_prefill_efficiency, 1.0)
     else:
         pairs_c = op.computed_pairs(q_tile, k_tile)
         paged_rate = np.ones(())
@@ -108,7 +108,7 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     bh_pairs = op.batch * op.heads * pairs_c * rows_eff
     t_tensor = 2.0 * bh_pairs * (d + dv) / (k.rate * k.attention_efficiency * paged_rate)
     t_soft = bh_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
-    ov = k.family.fa3_softmax_overlap if impl == "flash3" else k.family.softmax_overlap
+    ov = k.fa3_softmax_overlap if impl == "flash3" else k.softmax_overlap
     compute_raw = np.maximum(t_tensor, t_soft) + (1.0 - ov) * np.minimum(t_tensor, t_soft)
     waves = np.ceil(ctas / slots)
     wave_eff = ctas / (waves * slots)

@@ -17,8 +17,9 @@ __all__ = ["cta_bandwidth_fraction", "memory_time", "overlap"]
 
 def cta_bandwidth_fraction(ctas: Any, k: Knobs, ops: Ops = VECTOR) -> Any:
     """Fraction of the achievable bandwidth that ``ctas`` concurrent CTAs can pull:
-    min(1, CTAs·c/units), c = the family's per-CTA bandwidth multiple of the fair share."""
-    return ops.clip(ctas * (k.family.cta_bandwidth / k.units), 1e-3, 1.0)
+    min(1, CTAs·c/units), c = the per-CTA bandwidth multiple of the fair share (the
+    family's, or calibrated)."""
+    return ops.clip(ctas * (k.cta_bandwidth / k.units), 1e-3, 1.0)
 
 
 def memory_time(bytes_: Any, k: Knobs, ctas: Any = None, ops: Ops = VECTOR) -> Any:

@@ -12,6 +12,9 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
   with math: (min(T, U·r)·((t_m + t_n)·64·s_in + t_m·t_n·s_out)) / BW + latency;
 - latency = overlap(t_compute, t_memory) + t_fill + launches·t_fixed.
 
+A calibration may rescale the fill (``fill_waves``), the per-CTA bandwidth and the tile
+efficiencies (e → e^a, ``tile_efficiency_exponent``); see :mod:`perfmodel.timing.knobs`.
+
 Split-K is considered only when the unsplit tiles do not fill one wave (T/s < U·r).
 
 The library is modelled as choosing the fastest candidate.
@@ -40,22 +43,24 @@ _K_SLAB = 64.0
 
 
 def _candidates(k: Knobs, split: bool) -> Array:
-    return _candidate_table(k.family, k.unit, split)
+    return _candidate_table(k.family, k.unit, split, k.tile_exponent)
 
 
 @functools.lru_cache(maxsize=64)
-def _candidate_table(fam: FamilyParams, unit: str, split: bool) -> Array:
+def _candidate_table(fam: FamilyParams, unit: str, split: bool, exponent: float = 1.0) -> Array:
     tiles = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
     splits = [x for x in fam.split_k if (x > 1) == split]
-    rows = [(tm, tn, e, s) for tm, tn, e in tiles for s in splits]
+    rows = [(tm, tn, e if exponent == 1.0 else e**exponent, s)
+            for tm, tn, e in tiles for s in splits]
     table = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
     table.setflags(write=False)
     return table
 
 
 @functools.lru_cache(maxsize=64)
-def _candidate_rows(fam: FamilyParams, unit: str, split: bool) -> tuple[tuple[float, ...], ...]:
-    return tuple(tuple(r) for r in _candidate_table(fam, unit, split).tolist())
+def _candidate_rows(fam: FamilyParams, unit: str, split: bool,
+                    exponent: float = 1.0) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(r) for r in _candidate_table(fam, unit, split, exponent).tolist())
 
 
 _FIELDS = ("latency_s", "compute_s", "memory_s", "overhead_s", "bytes", "waves")
@@ -89,7 +94,7 @@ def _evaluate(ops: Ops, m: Any, n: Any, kk: Any, b: Any, b_mats: Any, s_in: floa
         launches = 2.0
     memory = memory_time(traffic, k, ctas=conc, ops=ops)
     fill_const = ((tm + tn) * _K_SLAB * s_in + tm * tn * s_out) / k.achievable_bandwidth
-    overhead = (conc * fill_const + k.family.memory_latency_s) * k.family.fill_waves \
+    overhead = (conc * fill_const + k.family.memory_latency_s) * k.fill_waves \
         + launches * k.overhead_s
     total = overlap(compute, memory, k.overlap_p, ops) + overhead
     if is_split:
@@ -138,13 +143,13 @@ def _time_scalar(m: float, n: float, kk: float, b: float, b_mats: float, s_in: f
                  s_out: float, k: Knobs) -> dict[str, Any]:
     """The same search on floats, one candidate at a time (fast for a single shape)."""
     best: dict[str, Any] = {"latency_s": math.inf}
-    plain = _candidate_rows(k.family, k.unit, False)
+    plain = _candidate_rows(k.family, k.unit, False, k.tile_exponent)
     slots = k.units * k.family.tiles_per_unit
     min_tm = min(c[0] for c in plain)
     min_tn = min(c[1] for c in plain)
     rows = [(c, False) for c in plain]
     if b * math.ceil(m / min_tm) * math.ceil(n / min_tn) < slots:
-        rows += [(c, True) for c in _candidate_rows(k.family, k.unit, True)]
+        rows += [(c, True) for c in _candidate_rows(k.family, k.unit, True, k.tile_exponent)]
     for (tm, tn, eff, split), is_split in rows:
         parts = _evaluate(SCALAR, m, n, kk, b, b_mats, s_in, s_out, k, tm, tn, eff, split,
                           is_split)

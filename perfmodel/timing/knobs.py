@@ -7,7 +7,18 @@ Calibration parameter names (all optional, per key ``"<family>/<dtype>"`` or ``"
 - ``memory_fraction``: achievable fraction of peak bandwidth;
 - ``overhead_s``: fixed cost per kernel, s;
 - ``overlap_p``: p of the smooth maximum (t_c^p + t_m^p)^(1/p); absent = hard max;
-- ``attention_efficiency``: fused-attention tensor efficiency relative to compute_fraction.
+- ``attention_efficiency``: fused-attention tensor efficiency relative to compute_fraction;
+- ``fill_waves``: GEMM tile fill/drain paid per this many waves (family default);
+- ``cta_bandwidth``: bandwidth one CTA can pull, a multiple of the fair share BW/units;
+- ``tile_efficiency_exponent``: a, GEMM tile efficiencies e of the family menu become e^a
+  (a > 1: small tiles lose more of the rate; default 1);
+- ``softmax_overlap``: overlap of softmax with the matrix work in fused attention, 0–1
+  (replaces the family's FA2 and FA3 values);
+- ``paged_prefill_efficiency``: rate of the paged-KV kernel in prefill relative to the
+  dense fused kernel.
+
+Absent parameters keep the family defaults (:mod:`perfmodel.timing.family`), so an
+uncalibrated spec predicts exactly as before.
 """
 
 from __future__ import annotations
@@ -49,6 +60,18 @@ class Knobs:
     overlap_p: float
     attention_efficiency: float
     family: FamilyParams
+    fill_waves: float = 1.0
+    """Tile fill/drain paid per this many waves (family default or calibrated)."""
+    cta_bandwidth: float = 1.5
+    """Per-CTA bandwidth, multiple of the fair share BW/units."""
+    tile_exponent: float = 1.0
+    """Exponent applied to the relative efficiencies of the GEMM tile menu."""
+    softmax_overlap: float = 0.5
+    """Softmax/MMA overlap of FA2-class kernels."""
+    fa3_softmax_overlap: float = 0.8
+    """Softmax/MMA overlap of FA3-class kernels."""
+    paged_prefill_efficiency: float = 0.65
+    """Paged-KV prefill rate relative to the dense fused kernel."""
 
 
 def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
@@ -88,6 +111,9 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
     overhead = hw.efficiency.kernel_overhead
     overlap_p = math.inf
     attn_eff = fam.flash_efficiency
+    fill_waves, cta_bw, tile_exp = fam.fill_waves, fam.cta_bandwidth, 1.0
+    soft_ov, fa3_ov = fam.softmax_overlap, fam.fa3_softmax_overlap
+    paged = fam.paged_prefill_efficiency
     cal = hw.calibration
     if cal is not None:
         for key in (op_family, f"{op_family}/{dtype}"):
@@ -97,6 +123,12 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
             overhead = params.get("overhead_s", overhead)
             overlap_p = params.get("overlap_p", overlap_p)
             attn_eff = params.get("attention_efficiency", attn_eff)
+            fill_waves = params.get("fill_waves", fill_waves)
+            cta_bw = params.get("cta_bandwidth", cta_bw)
+            tile_exp = params.get("tile_efficiency_exponent", tile_exp)
+            if "softmax_overlap" in params:
+                soft_ov = fa3_ov = params["softmax_overlap"]
+            paged = params.get("paged_prefill_efficiency", paged)
     clock = _clock_ratio(hw, unit)
     if "fp32" in hw.peaks and hw.peaks["fp32"].unit == "vector":
         vec_peak = hw.peaks["fp32"].peak
@@ -111,4 +143,6 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         sfu_rate=sfu * _clock_ratio(hw, "vector"), units=hw.compute.units,
         l2_bytes=hw.memory.l2 or 0.0, smem_per_unit=hw.memory.smem_per_unit or 64 * 1024.0,
         overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam,
+        fill_waves=fill_waves, cta_bandwidth=cta_bw, tile_exponent=tile_exp,
+        softmax_overlap=soft_ov, fa3_softmax_overlap=fa3_ov, paged_prefill_efficiency=paged,
     )

@@ -21,12 +21,19 @@ from the first table found for the op (keys below), of one of two kinds, both fi
       r(x) = Σ w_i·r_i / (Σ w_i + w0),   w_i = exp(−|x − x_i|² / (2h²)),
 
   which follows the measured shapes near them and falls to 0 (the parametric model) far
-  from all of them; w0 sets how many nearby points it takes to trust them.
+  from all of them; w0 sets how many nearby points it takes to trust them;
+- **kernel-ridge table**, key ``K#gp`` (gemm and attention): a first row [h_1 … h_d, c]
+  (length scales per shape coordinate, and a constant), then rows [x_1 … x_d, α_i]:
+
+      r(x) = c + Σ α_i·exp(−½·Σ_j ((x_j − x_ij)/h_j)²),
+
+  the posterior mean of a Gaussian process over log shape (α = (K + λI)⁻¹(e − c)); with
+  c = 0 it too falls to the parametric model far from the measured shapes.
 
 Keys K, most specific first, for an op of dtype d: gemm ``gemm/d``; attention
 ``attention/<path>[-causal]/d`` then ``attention/d`` (path: flash2, flash3, paged, naive…);
-streaming ops ``stream/<op name>/d`` then ``stream/d``. For each K the shape table is
-tried before the size table.
+streaming ops ``stream/<op name>/d`` then ``stream/d``. For each K the kernel-ridge table is tried
+first, then the shape table, then the size table.
 """
 
 from __future__ import annotations
@@ -39,9 +46,11 @@ import numpy as np
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.timing.prediction import Prediction, as_value
 
-__all__ = ["SHAPE_SUFFIX", "apply_residual", "residual_keys", "shape_coordinates"]
+__all__ = ["GP_SUFFIX", "SHAPE_SUFFIX", "apply_residual", "gp_values", "residual_keys",
+           "shape_coordinates"]
 
 SHAPE_SUFFIX = "#shape"
+GP_SUFFIX = "#gp"
 _CHUNK = 4096
 
 
@@ -95,6 +104,24 @@ def _shape_table(table: list[list[float]], coords: np.ndarray) -> np.ndarray:
     return out
 
 
+def gp_values(table: list[list[float]], coords: np.ndarray) -> np.ndarray:
+    """r(x) of a kernel-ridge table at ``coords`` (rows, d); zeros for a malformed table."""
+    head = np.asarray(table[0], dtype=np.float64)
+    pts = np.asarray(table[1:], dtype=np.float64)
+    d = coords.shape[1]
+    if (head.shape != (d + 1,) or pts.ndim != 2 or pts.shape[0] == 0
+            or pts.shape[1] != d + 1 or np.any(head[:d] <= 0)):
+        return np.zeros(coords.shape[0])
+    inv_h = 1.0 / head[:d]
+    xs, alpha = pts[:, :-1] * inv_h, pts[:, -1]
+    out = np.empty(coords.shape[0])
+    for start in range(0, coords.shape[0], _CHUNK):
+        q = coords[start:start + _CHUNK] * inv_h
+        d2 = ((q[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
+        out[start:start + _CHUNK] = head[d] + np.exp(-0.5 * d2) @ alpha
+    return out
+
+
 def apply_residual(p: Prediction, hw: HardwareSpec, extra_overhead_s: float = 0.0,
                    causal: bool = False, op: Any = None) -> Prediction:
     """``p`` corrected by the first matching residual table of ``hw``; ``p`` unchanged if
@@ -105,6 +132,10 @@ def apply_residual(p: Prediction, hw: HardwareSpec, extra_overhead_s: float = 0.
     r: Any = None
     coords = shape_coordinates(op) if op is not None else None
     for key in residual_keys(p, causal):
+        gp = cal.residuals.get(key + GP_SUFFIX)
+        if gp is not None and coords is not None and len(gp) > 1:
+            r = gp_values(gp, coords).reshape(np.shape(p.latency_s))
+            break
         shape = cal.residuals.get(key + SHAPE_SUFFIX)
         if shape is not None and coords is not None and len(shape) > 1:
             r = _shape_table(shape, coords).reshape(np.shape(p.latency_s))
