@@ -25,6 +25,16 @@ attention_efficiency   fused-attention tensor rate    log, [0.05, 2]
                        relative to compute_fraction
 =====================  =============================  ==========================
 
+Extended parameters (``params="extended"``, :data:`EXTENDED`), fitted after those above:
+
+========================  ==========================  ==========================
+fill_waves                GEMM tile fill per waves    log, [0.05, 20]
+cta_bandwidth             per-CTA bandwidth multiple  log, [0.1, 20]
+tile_efficiency_exponent  e → e^a of the tile menu    log, [0.2, 5]
+softmax_overlap           softmax/MMA overlap         linear, [0, 1]
+paged_prefill_efficiency  paged prefill rate          log, [0.1, 2]
+========================  ==========================  ==========================
+
 Unfused (``naive``) attention has no parameters of its own: it is predicted from the
 gemm and stream parameters of its stages.
 
@@ -37,7 +47,16 @@ name, and dtype) with at least ``min_rows`` rows, on the log ratios e_i = log(t_
   end values are repeated at the smallest and largest measured x, and r = 0 half a decade
   beyond them, so the correction fades to the parametric model outside the measured range;
 - ``"shape"`` (gemm and attention; streams keep size tables): the points (log2 shape, e_i)
-  themselves, with the kernel width h chosen by leave-one-out over a grid and w0 = 0.1.
+  themselves, with the kernel width h chosen by leave-one-out over a grid and w0 = 0.1;
+- ``"gp"`` (gemm and attention; streams keep size tables): kernel ridge regression (the
+  posterior mean of a zero-mean Gaussian process) on log2 shape, r = k(x)ᵀ(K + λI)⁻¹e with
+  an RBF kernel; the length scale h and the ridge λ are chosen by closed-form leave-one-out
+  (e_i − r_{−i} = α_i / [(K + λI)⁻¹]_ii) over a grid. Far from every measured shape r → 0;
+- ``"scale"``: one constant per key, the median of e (a global rescaling of the key).
+
+Prior λ = ∞ (``math.inf``) means no parametric fit: the spec's defaults are kept and only
+the residual correction (if any) is fitted; with ``"off"`` this is "no calibration", which
+:func:`fit_auto` always compares against.
 
 A key with too few rows gives its points to the family-wide key (``stream/fp32``...).
 """
@@ -57,10 +76,18 @@ from perfmodel.calibrate.data import Dataset
 from perfmodel.hardware.spec import Calibration, HardwareSpec
 from perfmodel.ops.cost import Array
 from perfmodel.timing.knobs import knobs_for
-from perfmodel.timing.residual import SHAPE_SUFFIX, residual_keys, shape_coordinates
+from perfmodel.timing.residual import (
+    GP_SUFFIX,
+    SHAPE_SUFFIX,
+    residual_keys,
+    shape_coordinates,
+)
 
 __all__ = [
+    "AUTO_RESIDUAL_MODES",
+    "EXTENDED",
     "PARAMETERS",
+    "PARAM_SETS",
     "PRIOR_GRID",
     "RESIDUAL_MODES",
     "FitResult",
@@ -71,6 +98,7 @@ __all__ = [
     "fit_auto",
     "fit_family",
     "fit_residuals",
+    "gp_table",
     "residual_mode",
     "residual_table",
     "shape_table",
@@ -84,11 +112,24 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
     "stream": ("memory_fraction", "overhead_s"),
 }
 
+#: More physical knobs per family (tile fill, per-CTA bandwidth, tile efficiencies,
+#: softmax overlap, paged prefill rate): fitted only with ``params="extended"``.
+EXTENDED: dict[str, tuple[str, ...]] = {
+    "gemm": ("tile_efficiency_exponent", "fill_waves", "cta_bandwidth"),
+    "attention": ("softmax_overlap", "paged_prefill_efficiency", "cta_bandwidth"),
+    "stream": ("cta_bandwidth",),
+}
+#: Parameter sets :func:`fit_auto` chooses between.
+PARAM_SETS: tuple[str, ...] = ("basic", "extended")
+
 _BOUNDS: dict[str, tuple[float, float]] = {
     "compute_fraction": (0.01, 1.5), "memory_fraction": (0.01, 1.5),
     "overhead_s": (1e-8, 1e-2), "overlap_p": (0.0, 2.0 / 3.0),
-    "attention_efficiency": (0.05, 2.0),
+    "attention_efficiency": (0.05, 2.0), "fill_waves": (0.05, 20.0),
+    "cta_bandwidth": (0.1, 20.0), "tile_efficiency_exponent": (0.2, 5.0),
+    "softmax_overlap": (0.0, 1.0), "paged_prefill_efficiency": (0.1, 2.0),
 }
+_LINEAR = ("softmax_overlap",)
 _HARD_MAX_Q = 0.01
 _ROWS_PER_PARAM = 3
 
@@ -159,6 +200,12 @@ def _defaults(hw: HardwareSpec, family: str, dtype: str) -> dict[str, float]:
         "overhead_s": max(k.overhead_s, 2e-8),
         "overlap_p": k.overlap_p,
         "attention_efficiency": k.attention_efficiency,
+        "fill_waves": k.fill_waves,
+        "cta_bandwidth": k.cta_bandwidth,
+        "tile_efficiency_exponent": k.tile_exponent,
+        "softmax_overlap": (k.fa3_softmax_overlap if k.family.flash_impl == "flash3"
+                            else k.softmax_overlap),
+        "paged_prefill_efficiency": k.paged_prefill_efficiency,
     }
 
 
@@ -175,18 +222,22 @@ def _fraction_of(hw: HardwareSpec, family: str, dtype: str) -> float:
 def _to_u(name: str, value: float) -> float:
     if name == "overlap_p":
         return 0.0 if math.isinf(value) else min(1.0 / value, _BOUNDS[name][1])
+    if name in _LINEAR:
+        return value
     return math.log(value)
 
 
 def _from_u(name: str, u: float) -> float:
     if name == "overlap_p":
         return math.inf if u < _HARD_MAX_Q else 1.0 / u
+    if name in _LINEAR:
+        return u
     return math.exp(u)
 
 
 def _u_bounds(name: str) -> tuple[float, float]:
     lo, hi = _BOUNDS[name]
-    if name == "overlap_p":
+    if name == "overlap_p" or name in _LINEAR:
         return lo, hi
     return math.log(lo), math.log(hi)
 
@@ -202,8 +253,10 @@ def _as_params(names: Sequence[str], u: Array) -> dict[str, float]:
 
 
 def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
-               f_scale: float = 0.1, prior: float = 0.02, max_nfev: int = 300) -> KeyFit:
-    """Fit the parameters of ``family/dtype`` on ``data`` (rows of that key only)."""
+               f_scale: float = 0.1, prior: float = 0.02, max_nfev: int = 300,
+               params: str = "basic") -> KeyFit:
+    """Fit the parameters of ``family/dtype`` on ``data`` (rows of that key only);
+    ``params="extended"`` adds the family's :data:`EXTENDED` knobs."""
     if family not in PARAMETERS:
         raise PerfmodelError("family", f"no fitted parameters for {family!r}",
                              f"use one of {', '.join(PARAMETERS)}")
@@ -212,9 +265,13 @@ def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
                              "measure that family first")
     key = f"{family}/{dtype}"
     defaults = _defaults(hw, family, dtype)
-    n_free = max(1, min(len(PARAMETERS[family]), len(data) // _ROWS_PER_PARAM))
-    names = PARAMETERS[family][:n_free]
-    fixed = PARAMETERS[family][n_free:]
+    if params not in PARAM_SETS:
+        raise PerfmodelError("params", f"unknown parameter set {params!r}",
+                             f"use one of {', '.join(PARAM_SETS)}")
+    every = PARAMETERS[family] + (EXTENDED[family] if params == "extended" else ())
+    n_free = max(1, min(len(every), len(data) // _ROWS_PER_PARAM))
+    names = every[:n_free]
+    fixed = every[n_free:]
     u0 = np.asarray([_to_u(n, defaults[n]) for n in names])
     lo = np.asarray([_u_bounds(n)[0] for n in names])
     hi = np.asarray([_u_bounds(n)[1] for n in names])
@@ -239,9 +296,9 @@ def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
                             f_scale=f_scale, diff_step=1e-3, max_nfev=max_nfev, x_scale=1.0)
         if best is None or sol.cost < best.cost:
             best = sol
-    params = _as_params(names, best.x)
-    shown_defaults = {n: defaults[n] for n in PARAMETERS[family]}
-    return KeyFit(key=key, params=params, defaults=shown_defaults, n=len(data),
+    fitted = _as_params(names, best.x)
+    shown_defaults = {n: defaults[n] for n in every}
+    return KeyFit(key=key, params=fitted, defaults=shown_defaults, n=len(data),
                   cost=float(best.cost), nfev=int(best.nfev), success=bool(best.success),
                   message=str(best.message), fixed=tuple(fixed))
 
@@ -284,8 +341,13 @@ def _general_key(key: str) -> str:
     return f"{parts[0]}/{parts[-1]}"
 
 
-#: Residual correction modes: none, 1-D tables over log size, kernel tables over log shape.
-RESIDUAL_MODES: tuple[str, ...] = ("off", "size", "shape")
+#: Residual correction modes: none, a constant per key, 1-D tables over log size, kernel
+#: tables over log shape (Nadaraya-Watson and kernel ridge).
+RESIDUAL_MODES: tuple[str, ...] = ("off", "scale", "size", "shape", "gp")
+#: Modes :func:`fit_auto` chooses among. ``"size"`` is left to be asked for: it tends to win
+#: cross-validation on few points spread evenly in time (neighbours in size are then
+#: neighbours in the sample) without carrying over to shapes of other aspect ratios.
+AUTO_RESIDUAL_MODES: tuple[str, ...] = ("off", "scale", "shape", "gp")
 _SHAPE_WIDTHS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 _SHAPE_W0 = 0.1
 
@@ -323,6 +385,42 @@ def shape_table(x: Array, e: Array, w0: float = _SHAPE_W0) -> list[list[float]]:
     return rows
 
 
+_GP_WIDTHS = (0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+_GP_RIDGES = (0.03, 0.1, 0.3, 1.0, 3.0)
+
+
+def gp_table(x: Array, e: Array) -> list[list[float]]:
+    """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h … h, 0] then
+    [x_1 … x_d, α_i] per point, (h, λ) chosen by closed-form leave-one-out (mean |error|)."""
+    xs = np.asarray(x, dtype=np.float64)
+    es = np.asarray(e, dtype=np.float64)
+    n, d = xs.shape
+    d2 = ((xs[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
+    best: tuple[float, float, Array] = (math.inf, _GP_WIDTHS[0], np.zeros(n))
+    for h in _GP_WIDTHS:
+        kern = np.exp(-0.5 * d2 / h**2)
+        for lam in _GP_RIDGES:
+            try:
+                inv = np.linalg.inv(kern + lam * np.eye(n))
+            except np.linalg.LinAlgError:
+                continue
+            alpha = inv @ es
+            loo = float(np.mean(np.abs(alpha / np.diag(inv))))
+            if loo < best[0]:
+                best = (loo, h, alpha)
+    _, h, alpha = best
+    rows = [[*([h] * d), 0.0]]
+    rows.extend([*(round(float(v), 6) for v in xi), float(ai)]
+                for xi, ai in zip(xs, alpha, strict=True))
+    return rows
+
+
+def _scale_table(e: Array) -> list[list[float]]:
+    """A size table that is the constant median(e) over any size."""
+    c = round(float(np.median(e)), 6)
+    return [[-1000.0, c], [1000.0, c]]
+
+
 def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
                   mode: str = "size") -> dict[str, list[list[float]]]:
     """Residual tables of ``hw`` (already carrying the fitted parameters) for ``data``.
@@ -337,7 +435,7 @@ def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
         return tables
     spec = hw
     for family in sorted(_RESIDUAL_ORDER, key=_RESIDUAL_ORDER.__getitem__):
-        use_shape = mode == "shape" and family != "stream"
+        use_shape = mode in ("shape", "gp") and family != "stream"
         points: dict[str, tuple[list[Any], list[float]]] = {}
         for idx, op, p in data.predictions_with_ops(spec):
             rows = [data.rows[i] for i in idx]
@@ -372,7 +470,11 @@ def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
         for key, (xs, es) in pooled.items():
             if len(xs) < min_rows:
                 continue
-            if use_shape:
+            if mode == "scale":
+                new[key] = _scale_table(np.asarray(es))
+            elif use_shape and mode == "gp":
+                new[key + GP_SUFFIX] = gp_table(np.asarray(xs), np.asarray(es))
+            elif use_shape:
                 new[key + SHAPE_SUFFIX] = shape_table(np.asarray(xs), np.asarray(es))
             else:
                 new[key] = residual_table(np.asarray(xs), np.asarray(es))
@@ -381,16 +483,12 @@ def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
     return tables
 
 
-def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float = 0.02,
-        families: Sequence[str] | None = None, residual: bool | str = False) -> FitResult:
-    """Fit every (family, dtype) key present in ``data`` and report in-sample errors.
+def _fit_parameters(data: Dataset, hw: HardwareSpec, *, f_scale: float, prior: float,
+                    families: Sequence[str] | None, params: str = "basic"
+                    ) -> tuple[list[KeyFit], list[tuple[str, str]], HardwareSpec]:
+    """The parametric fit of every key: (fits, skipped keys, spec carrying them).
 
-    Keys with no parameters of their own (unfused attention) are predicted with the
-    fitted gemm and stream parameters. ``families`` restricts which keys are fitted;
-    ``residual`` adds residual correction tables (``"size"`` or ``True``, ``"shape"``).
-    """
-    if len(data) == 0:
-        raise PerfmodelError("measurements", "no rows to fit", "measure some kernels first")
+    ``prior`` = ∞ fits nothing (the spec's defaults are kept)."""
     keys: list[KeyFit] = []
     skipped: list[tuple[str, str]] = []
     wanted = set(families or PARAMETERS)
@@ -403,22 +501,45 @@ def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float =
         if family not in wanted:
             skipped.append((f"{family}/{dtype}", "not asked for"))
             continue
+        if math.isinf(prior):
+            skipped.append((f"{family}/{dtype}", "defaults kept (prior = inf)"))
+            continue
         sub = data.where(data.family_mask(family, dtype))
         try:
-            kf = fit_family(spec, sub, family, dtype, f_scale=f_scale, prior=prior)
+            kf = fit_family(spec, sub, family, dtype, f_scale=f_scale, prior=prior,
+                            params=params)
         except PerfmodelError as exc:
             skipped.append((f"{family}/{dtype}", str(exc)))
             continue
         keys.append(kf)
         spec = apply_params(spec, {kf.key: kf.params})
+    return keys, skipped, spec
+
+
+def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float = 0.02,
+        families: Sequence[str] | None = None, residual: bool | str = False,
+        params: str = "basic") -> FitResult:
+    """Fit every (family, dtype) key present in ``data`` and report in-sample errors.
+
+    Keys with no parameters of their own (unfused attention) are predicted with the
+    fitted gemm and stream parameters. ``families`` restricts which keys are fitted;
+    ``residual`` adds residual correction tables (a mode of :data:`RESIDUAL_MODES`, or
+    ``True`` for ``"size"``). ``prior`` = ∞ keeps the spec's parameters; ``params`` is a
+    parameter set of :data:`PARAM_SETS`.
+    """
+    if len(data) == 0:
+        raise PerfmodelError("measurements", "no rows to fit", "measure some kernels first")
+    keys, skipped, spec = _fit_parameters(data, hw, f_scale=f_scale, prior=prior,
+                                          families=families, params=params)
     tables = fit_residuals(data, spec, mode=residual_mode(residual))
     spec = apply_params(spec, {}, tables)
+    base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
     before = data.predict(base)
     after = data.predict(spec)
     err_b: dict[str, float] = {}
     err_a: dict[str, float] = {}
     groups = {"all": np.ones(len(data), dtype=bool)}
-    for family, dtype in pairs:
+    for family, dtype in sorted({(r.family, r.dtype) for r in data.rows}):
         groups[f"{family}/{dtype}"] = data.family_mask(family, dtype)
     for name, mask in groups.items():
         mb, pb = _stats(before[mask], data.measured_s[mask])
@@ -436,10 +557,13 @@ class Selection:
     prior: float
     residual: str
     scores: dict[str, float]
-    """Mean |log(predicted/measured)| on held-out shapes per option ``prior=...,residual=...``."""
+    """Mean |log(predicted/measured)| on held-out shapes per option
+    ``prior=...,residual=...,params=...``."""
+    params: str = "basic"
 
 
-PRIOR_GRID: tuple[float, ...] = (0.01, 0.1, 0.5, 2.0)
+#: Prior weights tried by :func:`fit_auto`; ∞ = the spec's parameters (no parametric fit).
+PRIOR_GRID: tuple[float, ...] = (0.01, 0.1, 0.5, 2.0, math.inf)
 
 
 def _folds_by_shape(data: Dataset, folds: int, seed: int = 1) -> Array:
@@ -449,44 +573,90 @@ def _folds_by_shape(data: Dataset, folds: int, seed: int = 1) -> Array:
     return np.asarray(perm[ids] % folds)
 
 
+Option = tuple[float, str, str]  # (prior, params, residual)
+
+
+def _one_standard_error(options: Sequence[Option], sets: Sequence[str],
+                        residuals: Sequence[str], scores: dict[str, float],
+                        errors: dict[str, Array], se_rule: float) -> Option:
+    """The simplest option (earlier residual mode, basic parameters, larger λ) whose
+    held-out score is within ``se_rule`` standard errors of the best one: the standard
+    error of the mean paired difference of their per-row errors. Small cross-validation
+    sets score options noisily; this keeps a more flexible option from winning by noise."""
+    order = sorted(options, key=lambda o: (residuals.index(o[2]), sets.index(o[1]), -o[0]))
+    top = min(options, key=lambda o: scores[_name(o)])
+    e_top = errors[_name(top)]
+    for o in order:
+        e = errors[_name(o)]
+        if e.size != e_top.size or e.size == 0:
+            continue
+        d = e - e_top
+        se = float(np.std(d, ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
+        if float(np.mean(d)) <= se_rule * se + 1e-3 * scores[_name(top)] + 1e-12:
+            return o
+    return top
+
+
+def _name(o: Option) -> str:
+    return f"prior={o[0]:g},residual={o[2]},params={o[1]}"
+
+
 def fit_auto(data: Dataset, hw: HardwareSpec, *, residual: bool | str | None = None,
              prior: float | None = None, folds: int | None = None, f_scale: float = 0.1,
-             families: Sequence[str] | None = None) -> tuple[FitResult, Selection]:
-    """:func:`fit` with the prior weight λ and the residual correction chosen by k-fold
-    cross-validation over shapes inside ``data`` (None = choose; a value = use it).
+             families: Sequence[str] | None = None, params: str | None = None,
+             se_rule: float = 0.0, repeats: int = 1) -> tuple[FitResult, Selection]:
+    """:func:`fit` with the prior weight λ, the parameter set and the residual correction
+    chosen by k-fold cross-validation over shapes inside ``data`` (None = choose; a value
+    = use it).
 
-    The score of an option is the mean |log(t̂/t)| on held-out shapes: it weighs the
-    tail of the errors, which is where a loose fit on few points goes wrong. With the
-    data too small for ``folds`` folds, the defaults (λ = 0.1, no residual) are used.
-    ``residual`` is a mode of :data:`RESIDUAL_MODES` (or a bool); None tries them all.
+    The options include λ = ∞ with no residual, that is the uncalibrated spec, so a fit
+    that does not beat the defaults on held-out shapes inside ``data`` is not used (and a
+    constant rescaling, ``"scale"``, is the next simplest candidate). The score of an
+    option is the mean |log(t̂/t)| on held-out shapes: it weighs the tail of the errors,
+    which is where a loose fit on few points goes wrong. The simplest option within
+    ``se_rule`` standard errors of the best score (0: the best, near-ties within 0.1 % going
+    to the simpler; 1: the one-standard-error rule) is chosen, simpler meaning an earlier
+    residual mode, then basic parameters, then a larger λ. ``repeats`` > 1 repeats the
+    k-fold split with other shuffles and pools the scores (less noisy). With the data too
+    small for ``folds`` folds, the defaults (λ = 0.1, basic, no residual) are used.
+    ``residual`` is a mode of :data:`RESIDUAL_MODES` (or a bool); None tries those of
+    :data:`AUTO_RESIDUAL_MODES`.
     """
     priors = PRIOR_GRID if prior is None else (prior,)
-    residuals = RESIDUAL_MODES if residual is None else (residual_mode(residual),)
-    options = [(p, r) for p in priors for r in residuals]
+    sets = PARAM_SETS if params is None else (params,)
+    residuals = AUTO_RESIDUAL_MODES if residual is None else (residual_mode(residual),)
+    fits = [(p, s) for p in priors for s in (sets[:1] if math.isinf(p) else sets)]
+    options: list[Option] = [(p, s, r) for p, s in fits for r in residuals]
     n_shapes = len({r.shape_key for r in data.rows})
     if folds is None:  # few points: more folds, so each fit sees most of them
         folds = 10 if n_shapes <= 60 else 5 if n_shapes <= 300 else 3
     scores: dict[str, float] = {}
     if len(options) > 1 and n_shapes >= 2 * folds:
-        fold = _folds_by_shape(data, folds)
-        base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
-        for p, r in options:
-            errs: list[Array] = []
-            for f in range(folds):
-                train, test = data.where(fold != f), np.flatnonzero(fold == f)
+        errs: dict[str, list[Array]] = {_name(o): [] for o in options}
+        splits = [(rep, f) for rep in range(repeats) for f in range(folds)]
+        for rep, f in splits:
+            fold = _folds_by_shape(data, folds, seed=1 + rep)
+            train, test = data.where(fold != f), np.flatnonzero(fold == f)
+            held = data.subset(test)
+            for p, s in fits:
+                # the parameters do not depend on the residual mode: fit them once
                 try:
-                    res = fit(train, base, f_scale=f_scale, prior=p, families=families,
-                              residual=r)
+                    _, _, spec = _fit_parameters(train, hw, f_scale=f_scale, prior=p,
+                                                 families=families, params=s)
                 except PerfmodelError:
                     continue
-                spec = apply_params(base, res.params, res.residuals)
-                held = data.subset(test)
-                errs.append(np.abs(np.log(held.predict(spec) / held.measured_s)))
-            scores[f"prior={p:g},residual={r}"] = (float(np.mean(np.concatenate(errs)))
-                                                  if errs else math.inf)
-        best = min(options, key=lambda o: scores[f"prior={o[0]:g},residual={o[1]}"])
+                for r in residuals:
+                    tables = fit_residuals(train, spec, mode=r)
+                    pred = held.predict(apply_params(spec, {}, tables))
+                    errs[_name((p, s, r))].append(np.abs(np.log(pred / held.measured_s)))
+        every: dict[str, Array] = {}
+        for name, e in errs.items():
+            complete = len(e) == len(splits)  # a failed fold leaves the option out
+            every[name] = np.concatenate(e) if complete else np.zeros(0)
+            scores[name] = float(np.mean(every[name])) if complete else math.inf
+        best = _one_standard_error(options, sets, residuals, scores, every, se_rule)
     else:
-        best = (prior if prior is not None else 0.1, residual_mode(residual))
+        best = (prior if prior is not None else 0.1, sets[0], residual_mode(residual))
     result = fit(data, hw, f_scale=f_scale, prior=best[0], families=families,
-                 residual=best[1])
-    return result, Selection(prior=best[0], residual=best[1], scores=scores)
+                 residual=best[2], params=best[1])
+    return result, Selection(prior=best[0], residual=best[2], scores=scores, params=best[1])

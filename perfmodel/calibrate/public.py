@@ -84,7 +84,7 @@ def _ape(pred: Any, meas: Any) -> tuple[float, float]:
 
 def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30,
                    residual: bool | str | None = None,
-                   kind: str = "shapes") -> GroupEval:
+                   kind: str = "shapes", params: str | None = None) -> GroupEval:
     """Fit ``rows`` (one group) on at most ``max_fit_rows`` shapes; errors on the rest."""
     r0 = rows[0]
     hw = load_hardware(r0.spec)
@@ -103,7 +103,7 @@ def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30,
                              "needs rows on both sides of the split")
     train = data.subset(fit_idx)
     held = data.where(test)
-    result, sel = fit_auto(train, hw, residual=residual)
+    result, sel = fit_auto(train, hw, residual=residual, params=params)
     calibrated = apply_params(hw.model_copy(update={"calibration": None}), result.params,
                               result.residuals)
     b = _ape(held.predict(hw), held.measured_s)
@@ -112,11 +112,13 @@ def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30,
                      n_fit=len(fit_idx), n_test=int(test.sum()), before_median=b[0],
                      before_p90=b[1], after_median=a[0], after_p90=a[1], kind=kind,
                      params=result.params,
-                     note=f"prior={sel.prior:g} residual={sel.residual}")
+                     note=f"prior={sel.prior:g} residual={sel.residual}"
+                          + (" +knobs" if sel.params == "extended" else ""))
 
 
 def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_rows: int = 100,
-                    residual: bool | str | None = None, extrapolation: bool = True
+                    residual: bool | str | None = None, extrapolation: bool = True,
+                    params: str | None = None
                     ) -> tuple[list[GroupEval], list[tuple[str, str]]]:
     """Evaluate every group with ≥ ``min_rows`` rows in the CSVs ``paths`` (files, or folders
     holding ``*.csv``). Returns (evaluations, skipped groups with the reason)."""
@@ -142,7 +144,7 @@ def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_
         if len(rows) < min_rows:
             continue
         try:
-            out.append(evaluate_group(rows, max_fit_rows, residual))
+            out.append(evaluate_group(rows, max_fit_rows, residual, params=params))
         except PerfmodelError as exc:
             skipped.append((name, str(exc)))
             continue
@@ -151,7 +153,7 @@ def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_
             if any(s >= 8192 for s in seq) and any(s <= 4096 for s in seq):
                 try:
                     out.append(evaluate_group(rows, max_fit_rows, residual,
-                                              kind="seq-extrapolation"))
+                                              kind="seq-extrapolation", params=params))
                 except PerfmodelError as exc:
                     skipped.append((name + " (seq extrapolation)", str(exc)))
     return out, skipped

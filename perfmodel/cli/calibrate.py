@@ -53,7 +53,8 @@ def parse_budget(text: str) -> float:
 
 
 def _residual(text: str) -> str | None:
-    """--residual: auto (None: chosen by cross-validation), off, size (or on), shape."""
+    """--residual: auto (None: chosen by cross-validation), off, scale, size (or on), shape,
+    gp."""
     from perfmodel.calibrate.fit import residual_mode
 
     key = text.strip().lower()
@@ -63,7 +64,7 @@ def _residual(text: str) -> str | None:
         return residual_mode(key)
     except PerfmodelError:
         raise PerfmodelError("--residual", f"unknown value {text!r}",
-                             "use auto, off, size (or on) or shape") from None
+                             "use auto, off, scale, size (or on), shape or gp") from None
 
 
 def _prior(text: str) -> float | None:
@@ -74,7 +75,7 @@ def _prior(text: str) -> float | None:
     except ValueError:
         raise PerfmodelError("--prior", f"{text!r} is not a number", "use auto or e.g. 0.1") \
             from None
-    if not math.isfinite(value) or value < 0:
+    if math.isnan(value) or value < 0:  # inf: keep the spec's parameters
         raise PerfmodelError("--prior", f"must be ≥ 0, got {text!r}", "use auto or e.g. 0.1")
     return value
 
@@ -115,10 +116,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "'calibrate run', or the CSV's spec column)")
     p.add_argument("--out", required=True, help="calibrated profile to write (YAML)")
     p.add_argument("--residual", default="auto", help="residual correction: auto (chosen by "
-                   "cross-validation), off, size (1-D over log size) or shape (kernel "
-                   "regression over log shape)")
+                   "cross-validation), off, scale (one constant per key), size (1-D over "
+                   "log size), shape (kernel regression over log shape) or gp (kernel ridge "
+                   "over log shape)")
     p.add_argument("--prior", default="auto", help="weight pulling parameters toward the "
-                   "spec's defaults: auto (cross-validated) or a number")
+                   "spec's defaults: auto (cross-validated) or a number (inf: keep the defaults)")
     p.add_argument("--folds", type=int, default=5, help="folds of the held-out error "
                    "recorded in the profile (0: skip)")
     p.add_argument("--allow-other-gpu", action="store_true",
@@ -133,8 +135,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu", help="spec id, YAML, or the calibrated profile (its recorded fit "
                    "options are reused)")
     p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--residual", default=None, help="auto, off, size or shape (default: as "
-                   "fitted)")
+    p.add_argument("--residual", default=None, help="auto, off, scale, size, shape or gp "
+                   "(default: as fitted)")
     p.add_argument("--prior", default=None, help="auto or a number (default: as fitted)")
     p.add_argument("--plot", help="write a predicted-vs-measured scatter plot (PNG)")
     p.add_argument("--allow-other-gpu", action="store_true")
@@ -157,7 +159,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("paths", nargs="+", help="CSV files or folders of CSVs")
     p.add_argument("--max-fit-rows", type=int, default=30)
     p.add_argument("--min-rows", type=int, default=100)
-    p.add_argument("--residual", default="auto", help="auto, off, size or shape")
+    p.add_argument("--residual", default="auto", help="auto, off, scale, size, shape or gp")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=public_cmd)
 
@@ -283,12 +285,13 @@ def fit_cmd(args: argparse.Namespace) -> int:
     env = _environment(Path(args.csv), rows)
     env["fit_prior"] = f"{sel.prior:g}"
     env["fit_residual"] = sel.residual
+    env["fit_params"] = sel.params
     extra_b: dict[str, float] = {}
     extra_a: dict[str, float] = {}
     if args.folds and args.folds >= 2:
         try:
             cv = cross_validate(data, hw, folds=args.folds, residual=sel.residual,
-                                prior=sel.prior)
+                                prior=sel.prior, params=sel.params)
             for g in cv.to_dict()["groups"]:
                 if g["regime"] != "all":
                     continue
@@ -303,7 +306,8 @@ def fit_cmd(args: argparse.Namespace) -> int:
     payload = {
         "out": str(args.out), "device": hw.id, "points": result.n,
         "params": result.params, "residual_tables": sorted(result.residuals),
-        "prior": sel.prior, "residual": sel.residual, "selection_scores": sel.scores,
+        "prior": sel.prior if math.isfinite(sel.prior) else "inf", "residual": sel.residual,
+        "params_set": sel.params, "selection_scores": sel.scores,
         "error_before": result.error_before, "error_after": {**result.error_after, **extra_a},
         "skipped": [list(s) for s in result.skipped], "seconds": round(time.monotonic() - t0, 2),
     }
@@ -311,7 +315,8 @@ def fit_cmd(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
         return 0
     print(f"fitted {result.n} point(s) on {hw.id} in {payload['seconds']} s "
-          f"(prior {sel.prior:g}, residual correction: {sel.residual})")
+          f"(prior {sel.prior:g}, {sel.params} parameters, residual correction: "
+          f"{sel.residual})")
     for k in result.keys:
         shown = ", ".join(f"{name}={_fmt_param(name, v)}" for name, v in k.params.items())
         if "overlap_p" in (k.defaults or {}) and "overlap_p" not in k.params \
@@ -356,10 +361,13 @@ def report_cmd(args: argparse.Namespace) -> int:
     prior = _prior(args.prior) if args.prior is not None else (
         float(cal_env["fit_prior"]) if "fit_prior" in cal_env else None)
     base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
-    if residual is None or prior is None:
-        _, sel = fit_auto(data, base, residual=residual, prior=prior)
-        residual, prior = sel.residual, sel.prior
-    cv = cross_validate(data, base, folds=args.folds, residual=residual, prior=prior)
+    params = cal_env.get("fit_params") if args.residual is None and args.prior is None \
+        else None
+    if residual is None or prior is None or params is None:
+        _, sel = fit_auto(data, base, residual=residual, prior=prior, params=params)
+        residual, prior, params = sel.residual, sel.prior, sel.params
+    cv = cross_validate(data, base, folds=args.folds, residual=residual, prior=prior,
+                        params=params)
     payload: dict[str, Any] = {"device": hw.id, "points": len(data), "prior": prior,
                                "residual": residual, **cv.to_dict()}
     fit_mask, test_mask = split_extrapolation(data)

@@ -1,0 +1,117 @@
+"""Extended calibration knobs (tile fill, per-CTA bandwidth, tile efficiencies, softmax
+overlap, paged prefill rate), the kernel-ridge residual table, and the "never worse than
+uncalibrated" choice of fit_auto."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.calibrate.data import Dataset, dataset_from_rows
+from perfmodel.calibrate.fit import apply_params, fit, fit_auto, gp_table
+from perfmodel.calibrate.suite import Case, design_suite
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.timing.family import family_params
+from perfmodel.timing.knobs import knobs_for
+from perfmodel.timing.residual import GP_SUFFIX, gp_values
+
+
+@pytest.fixture(scope="module")
+def h100() -> HardwareSpec:
+    return pm.load_hardware("h100-sxm")
+
+
+def _gemm_cases() -> list[Case]:
+    return [c for c in design_suite("cuda", 132, fill=60) if c.op == "gemm"]
+
+
+def _measured(hw: HardwareSpec, cases: list[Case], truth: dict[str, dict[str, float]],
+              noise: float, seed: int = 0) -> Dataset:
+    probe = dataset_from_rows([c.as_row() for c in cases])
+    t = probe.predict(apply_params(hw, truth))
+    t = t * np.exp(np.random.default_rng(seed).normal(0.0, noise, t.size))
+    return dataset_from_rows([c.as_row(float(x)) for c, x in zip(cases, t, strict=True)])
+
+
+def test_knobs_default_to_the_family_values(h100: HardwareSpec) -> None:
+    k = knobs_for(h100, "gemm", "bf16")
+    fam = family_params(h100.arch)
+    assert k.fill_waves == fam.fill_waves
+    assert k.cta_bandwidth == fam.cta_bandwidth
+    assert k.tile_exponent == 1.0
+    assert k.softmax_overlap == fam.softmax_overlap
+    assert k.fa3_softmax_overlap == fam.fa3_softmax_overlap
+    assert k.paged_prefill_efficiency == fam.paged_prefill_efficiency
+
+
+def test_calibrated_knobs_reach_scalar_and_vector_predictions(h100: HardwareSpec) -> None:
+    hw = apply_params(h100, {"gemm/bf16": {"fill_waves": 3.0, "cta_bandwidth": 0.5,
+                                           "tile_efficiency_exponent": 2.0}})
+    ms = np.asarray([1.0, 64.0, 300.0, 4096.0])
+    vec = np.asarray(pm.predict(pm.Gemm(m=ms, n=4096, k=4096, dtype="bf16"), hw).latency_s)
+    base = np.asarray(pm.predict(pm.Gemm(m=ms, n=4096, k=4096, dtype="bf16"), h100).latency_s)
+    for i, m in enumerate(ms):
+        one = pm.predict(pm.Gemm(m=float(m), n=4096, k=4096, dtype="bf16"), hw)
+        assert float(one.latency_s) == pytest.approx(float(vec[i]), rel=1e-12)
+    assert np.all(vec > base)
+
+
+def test_recovers_fill_and_cta_bandwidth(h100: HardwareSpec) -> None:
+    truth = {"gemm/bf16": {"compute_fraction": 0.7, "memory_fraction": 0.8,
+                           "overhead_s": 3e-6, "fill_waves": 2.5, "cta_bandwidth": 0.6}}
+    data = _measured(h100, _gemm_cases(), truth, noise=0.01)
+    got = fit(data, h100, prior=0.01, params="extended").params["gemm/bf16"]
+    assert got["fill_waves"] == pytest.approx(2.5, rel=0.15)
+    assert got["cta_bandwidth"] == pytest.approx(0.6, rel=0.15)
+    assert got["compute_fraction"] == pytest.approx(0.7, rel=0.05)
+    # the basic parameters alone cannot explain it as well
+    basic = fit(data, h100, prior=0.01)
+    ext = fit(data, h100, prior=0.01, params="extended")
+    assert ext.error_after["all.median_ape"] < 0.02
+    assert ext.error_after["all.p90_ape"] < basic.error_after["all.p90_ape"]
+
+
+def test_recovers_tile_efficiency_exponent(h100: HardwareSpec) -> None:
+    truth = {"gemm/bf16": {"compute_fraction": 0.7, "tile_efficiency_exponent": 1.8}}
+    data = _measured(h100, _gemm_cases(), truth, noise=0.01)
+    got = fit(data, h100, prior=0.01, params="extended").params["gemm/bf16"]
+    assert got["tile_efficiency_exponent"] == pytest.approx(1.8, rel=0.15)
+
+
+def test_gp_table_corrects_inside_and_fades_outside() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(4.0, 12.0, size=(40, 2))
+    e = 0.2 * np.sin(x[:, 0] / 2.0) + 0.1 * np.cos(x[:, 1] / 3.0)
+    table = gp_table(x, e)
+    assert len(table) == 41
+    assert len(table[0]) == 3
+    q = rng.uniform(5.0, 11.0, size=(50, 2))
+    truth = 0.2 * np.sin(q[:, 0] / 2.0) + 0.1 * np.cos(q[:, 1] / 3.0)
+    assert np.median(np.abs(gp_values(table, q) - truth)) < 0.03
+    far = np.asarray([[40.0, 40.0]])
+    assert abs(float(gp_values(table, far)[0])) < 1e-6
+
+
+def test_gp_table_reaches_predictions(h100: HardwareSpec) -> None:
+    op = pm.Gemm(m=4096, n=4096, k=4096, dtype="bf16")
+    x = [12.0, 12.0, 12.0, 0.0]
+    hw = apply_params(h100, {}, {"gemm/bf16" + GP_SUFFIX: [[1.0] * 4 + [0.0],
+                                                          [*x, math.log(1.5)]]})
+    assert float(pm.predict(op, hw).latency_s) == pytest.approx(
+        float(pm.predict(op, h100).latency_s) * 1.5)
+    far = pm.Gemm(m=8, n=8, k=8, dtype="bf16")
+    assert float(pm.predict(far, hw).latency_s) == pytest.approx(
+        float(pm.predict(far, h100).latency_s))
+
+
+def test_fit_auto_keeps_the_defaults_when_they_are_right(h100: HardwareSpec) -> None:
+    cases = _gemm_cases()[::3]
+    data = _measured(h100, cases, {}, noise=0.03, seed=2)
+    result, sel = fit_auto(data, h100, params="basic")
+    assert math.isinf(sel.prior)
+    assert sel.residual in ("off", "scale")
+    assert result.params == {}
+    assert "prior=inf,residual=off,params=basic" in sel.scores
