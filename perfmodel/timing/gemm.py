@@ -141,7 +141,8 @@ def _time_flat(m: Array, n: Array, kk: Array, b: Array, b_mats: Array, s_in: flo
 
 def _time_scalar(m: float, n: float, kk: float, b: float, b_mats: float, s_in: float,
                  s_out: float, k: Knobs) -> dict[str, Any]:
-    """The same search on floats, one candidate at a time (fast for a single shape)."""
+    """The same search on floats, one candidate at a time (fast for a single shape); same
+    result as the vectorised search, candidates that cannot win are skipped early."""
     best: dict[str, Any] = {"latency_s": math.inf}
     plain = _candidate_rows(k.family, k.unit, False, k.tile_exponent)
     slots = k.units * k.family.tiles_per_unit
@@ -150,7 +151,15 @@ def _time_scalar(m: float, n: float, kk: float, b: float, b_mats: float, s_in: f
     rows = [(c, False) for c in plain]
     if b * math.ceil(m / min_tm) * math.ceil(n / min_tn) < slots:
         rows += [(c, True) for c in _candidate_rows(k.family, k.unit, True, k.tile_exponent)]
+    scale = 2.0 * k.units / k.rate
     for (tm, tn, eff, split), is_split in rows:
+        # exact pruning: a candidate's latency is at least its compute time plus its launch
+        # cost, so one whose lower bound cannot beat the best so far is skipped
+        tiles = b * split * -(-m // tm) * -(-n // tn)
+        bound = (-(-tiles // slots) * scale * tm * tn / eff * -(-kk // split)
+                 + (2.0 if is_split else 1.0) * k.overhead_s)
+        if bound >= best["latency_s"]:
+            continue
         parts = _evaluate(SCALAR, m, n, kk, b, b_mats, s_in, s_out, k, tm, tn, eff, split,
                           is_split)
         if parts["latency_s"] < best["latency_s"]:

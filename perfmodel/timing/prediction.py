@@ -139,7 +139,7 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     lat: Any
     f: Any
     b: Any
-    if all(np.ndim(v) == 0 for v in vals):
+    if all(getattr(v, "ndim", 0) == 0 for v in vals):
         c, m, o, lat, f, b = (float(v) for v in vals)
         ops: Ops = SCALAR
     else:
