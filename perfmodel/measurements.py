@@ -17,13 +17,16 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["COLUMNS", "Measurement", "MeasurementSet", "read_measurements", "write_measurements"]
+__all__ = [
+    "COLUMNS", "Measurement", "MeasurementSet", "Record", "csv_records", "read_measurements",
+    "write_measurements",
+]
 
 COLUMNS: tuple[str, ...] = (
     "spec", "source", "gpu", "op", "impl", "dtype", "batch", "m", "n", "k", "heads",
@@ -37,6 +40,8 @@ _SHAPE = {
     "copy": ("m",), "add": ("m",), "rmsnorm": ("m", "n"), "layernorm": ("m", "n"),
     "silu_mul": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
 }
+#: One data line of a CSV: (line number, fields or None if malformed, problem).
+Record = tuple[int, Mapping[str, str] | None, str]
 _INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim")
 
 
@@ -130,6 +135,55 @@ def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
     )
 
 
+def csv_records(source: str | Path | Iterable[str],
+                required: Sequence[str] = _REQUIRED) -> tuple[str, list[Record]]:
+    """Open a measurement CSV and split it into lines, before any row is interpreted.
+
+    Returns (name, records): one ``(line number, fields or None, problem)`` per data line,
+    fields None when the line has more or fewer fields than the header. Raises
+    :class:`PerfmodelError` naming the file for a missing, unreadable, binary or empty file
+    and for a header without the ``required`` columns.
+    """
+    name = str(source) if isinstance(source, (str, Path)) else "<lines>"
+    if isinstance(source, (str, Path)):
+        p = Path(source)
+        if not p.is_file():
+            raise PerfmodelError(name, "file not found", "pass the path of a measurement CSV")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PerfmodelError(name, f"cannot read as UTF-8 text ({exc.__class__.__name__})",
+                                 "pass a measurement CSV (corrupt or binary file?)") from None
+    else:
+        text = "".join(line if line.endswith("\n") else line + "\n" for line in source)
+    if "\x00" in text:
+        raise PerfmodelError(name, "contains NUL bytes: a corrupt or binary file",
+                             "pass a measurement CSV in the shared schema")
+    if not text.strip():
+        raise PerfmodelError(name, "the file is empty",
+                             f"a measurement CSV needs a header with {', '.join(required)}")
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise PerfmodelError(
+            name, f"wrong schema: missing column(s) {', '.join(missing)} (header: "
+            f"{', '.join(header[:8])}{', ...' if len(header) > 8 else ''})",
+            f"the header must include {', '.join(required)} and the op's shape columns "
+            "(the shared measurement schema: " + ", ".join(COLUMNS) + ")",
+        )
+    reader.fieldnames = header
+    records: list[Record] = []
+    for i, raw in enumerate(reader, start=2):
+        if None in raw:
+            records.append((i, None, "more fields than the header (corrupt line)"))
+        elif any(v is None for v in raw.values()):
+            records.append((i, None, "fewer fields than the header (truncated line)"))
+        else:
+            records.append((i, raw, ""))
+    return name, records
+
+
 def read_measurements(path: str | Path | Iterable[str], *, strict: bool = False) -> MeasurementSet:
     """Read a measurement CSV (a path, or lines of text).
 
@@ -137,38 +191,11 @@ def read_measurements(path: str | Path | Iterable[str], *, strict: bool = False)
     required column. Individual bad rows are skipped with a reason, or raise with
     ``strict=True``.
     """
-    name = str(path) if isinstance(path, (str, Path)) else "<lines>"
-    if isinstance(path, (str, Path)):
-        p = Path(path)
-        if not p.is_file():
-            raise PerfmodelError(name, "file not found", "pass the path of a measurement CSV")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PerfmodelError(name, f"cannot read: {exc}", "pass a UTF-8 CSV file") from None
-    else:
-        text = "".join(line if line.endswith("\n") else line + "\n" for line in path)
-    if not text.strip():
-        raise PerfmodelError(name, "the file is empty",
-                             f"a measurement CSV needs a header with {', '.join(_REQUIRED)}")
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in _REQUIRED if c not in header]
-    if missing:
-        raise PerfmodelError(
-            name, f"not a measurement CSV: missing column(s) {', '.join(missing)}",
-            f"the header must include {', '.join(_REQUIRED)} and the op's shape columns "
-            "(see the schema in the README)",
-        )
-    reader.fieldnames = header
+    name, records = csv_records(path)
     rows: list[Measurement] = []
     skipped: list[tuple[int, str]] = []
-    for i, raw in enumerate(reader, start=2):
-        if None in raw:  # more fields than the header: a truncated or corrupt line
-            reason = "more fields than the header (corrupt line)"
-        elif any(v is None for v in raw.values()):
-            reason = "fewer fields than the header (truncated line)"
-        else:
+    for i, raw, reason in records:
+        if raw is not None:
             try:
                 rows.append(parse_row(raw, i))
                 continue

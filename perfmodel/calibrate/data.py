@@ -23,8 +23,6 @@ fewer points than the user believes, so any unusable line is an error naming the
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,7 +36,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.hardware.catalog import resolve_id
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.measurements import COLUMNS, parse_row
+from perfmodel.measurements import csv_records, parse_row
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
@@ -186,38 +184,12 @@ def read_rows(path: str | Path, *, strict: bool = True) -> tuple[list[Row], list
     non-CSV file, a header without the required columns, or (``strict``) any unusable line:
     a truncated or over-long line, a zero, negative or non-numeric time, a missing size.
     """
-    p = Path(path)
-    name = str(p)
-    if not p.is_file():
-        raise PerfmodelError(name, "file not found", "pass the path of a measurement CSV")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PerfmodelError(name, f"cannot read as UTF-8 text ({exc.__class__.__name__})",
-                             "pass a measurement CSV (corrupt or binary file?)") from None
-    if "\x00" in text:
-        raise PerfmodelError(name, "contains NUL bytes: a corrupt or binary file",
-                             "pass a measurement CSV in the shared schema")
-    if not text.strip():
-        raise PerfmodelError(name, "the file is empty",
-                             f"a measurement CSV needs a header with {', '.join(COLUMNS)}")
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in _REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise PerfmodelError(
-            name, f"wrong schema: missing column(s) {', '.join(missing)} (header: "
-            f"{', '.join(header[:8])}{', ...' if len(header) > 8 else ''})",
-            "use the shared measurement schema: " + ", ".join(COLUMNS))
-    reader.fieldnames = header
+    name, records = csv_records(path, _REQUIRED_COLUMNS)
     rows: list[Row] = []
     bad: list[tuple[int, str]] = []
-    for i, raw in enumerate(reader, start=2):
-        if None in raw:
-            bad.append((i, "more fields than the header (corrupt line)"))
-            continue
-        if any(v is None for v in raw.values()):
-            bad.append((i, "fewer fields than the header (truncated line)"))
+    for i, raw, problem in records:
+        if raw is None:
+            bad.append((i, problem))
             continue
         try:
             rows.append(parse_line(raw, i))
