@@ -24,8 +24,8 @@ from pathlib import Path
 from perfmodel._errors import PerfmodelError
 
 __all__ = [
-    "COLUMNS", "Measurement", "MeasurementSet", "Record", "csv_records", "read_measurements",
-    "write_measurements",
+    "COLUMNS", "Measurement", "MeasurementSet", "Record", "csv_records", "parse_time_us",
+    "read_measurements", "write_measurements",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -104,12 +104,9 @@ def _bool(value: str) -> bool:
     return value.strip().lower() in ("true", "1", "yes", "y", "t")
 
 
-def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
-    """Turn one CSV row into a :class:`Measurement`; raises ValueError naming the column."""
-    op = (raw.get("op") or "").strip().lower()
-    if op not in _SHAPE:
-        raise ValueError(f"column op: unknown op {raw.get('op')!r} (this reader knows "
-                         f"{', '.join(_SHAPE)})")
+def parse_time_us(raw: Mapping[str, str]) -> float:
+    """The row's ``measured_us`` as a number of µs; ValueError naming the column unless it
+    is a finite positive number."""
     text = (raw.get("measured_us") or "").strip()
     try:
         us = float(text)
@@ -117,6 +114,16 @@ def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
         raise ValueError(f"column measured_us: {text!r} is not a number") from None
     if not math.isfinite(us) or us <= 0:
         raise ValueError(f"column measured_us: {text!r} must be a positive time in µs")
+    return us
+
+
+def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
+    """Turn one CSV row into a :class:`Measurement`; raises ValueError naming the column."""
+    op = (raw.get("op") or "").strip().lower()
+    if op not in _SHAPE:
+        raise ValueError(f"column op: unknown op {raw.get('op')!r} (this reader knows "
+                         f"{', '.join(_SHAPE)})")
+    us = parse_time_us(raw)
     sizes = {name: _int(raw.get(name) or "", name, row) for name in _INT_FIELDS}
     for name in _SHAPE[op]:
         if sizes[name] is None:

@@ -36,7 +36,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.hardware.catalog import resolve_id
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.measurements import csv_records, parse_row
+from perfmodel.measurements import csv_records, parse_row, parse_time_us
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
@@ -113,13 +113,7 @@ def _notes_flag(notes: str, name: str) -> str:
 
 def _stream_row(raw: Mapping[str, str], line: int) -> Row:
     op = (raw.get("op") or "").strip().lower()
-    text = (raw.get("measured_us") or "").strip()
-    try:
-        us = float(text)
-    except ValueError:
-        raise ValueError(f"column measured_us: {text!r} is not a number") from None
-    if not math.isfinite(us) or us <= 0:
-        raise ValueError(f"column measured_us: {text!r} must be a positive time in µs")
+    us = parse_time_us(raw)
     sizes: list[float] = []
     names = ("m",) if op in ("copy", "add") else ("m", "n")
     for name in names:
