@@ -33,6 +33,7 @@ __all__ = [
     "ErrorStats",
     "GroupResult",
     "ValidationReport",
+    "dtype_rule",
     "effective_dtype",
     "error_stats",
     "kernel_path",
@@ -225,8 +226,13 @@ def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
 def effective_dtype(row: Measurement, spec: HardwareSpec) -> tuple[str, str]:
     """The dtype to predict a row with, and the rule used. XLA's default f32 precision
     runs TF32 where the hardware has it and full fp32 where it has none (CDNA4)."""
-    dtype = normalize_dtype(row.dtype)
-    if dtype == "tf32" and "tf32" not in spec.peaks and "f32_xla_default" in row.notes:
+    return dtype_rule(row.dtype, row.notes, spec)
+
+
+def dtype_rule(dtype: str, notes: str, spec: HardwareSpec) -> tuple[str, str]:
+    """:func:`effective_dtype` from a row's ``dtype`` and ``notes`` columns."""
+    dtype = normalize_dtype(dtype)
+    if dtype == "tf32" and "tf32" not in spec.peaks and "f32_xla_default" in notes:
         return "fp32", "XLA default f32 on a device without TF32 -> fp32"
     return dtype, ""
 

@@ -219,3 +219,25 @@ def test_repeated_cases_keep_the_fastest(tmp_path: Path) -> None:
     assert len(again) == len(rows)
     assert again[0].measured_s == pytest.approx(first.measured_s / 2, rel=1e-4)
     assert np.isfinite([r.measured_s for r in again]).all()
+
+
+def test_xla_default_f32_is_fitted_as_fp32_where_there_is_no_tf32(tmp_path: Path) -> None:
+    """MI355X (CDNA4) has no TF32: XLA's default f32 runs full fp32 there, as in validate;
+    the same label on B200 (which has TF32), or without the XLA note, keeps its dtype."""
+    from perfmodel.calibrate.data import as_run_on
+
+    line = "{spec},xla_ptable,X,gemm,XLA dot,tf32,1,256,256,256,,,,,,,,,6.6,,,{notes}"
+    text = "\n".join([HEADER,
+                      line.format(spec="mi355x", notes="source dtype=f32_xla_default"),
+                      line.format(spec="mi355x", notes=""),
+                      line.format(spec="b200", notes="source dtype=f32_xla_default")]) + "\n"
+    path = tmp_path / "x.csv"
+    path.write_text(text)
+    rows, _ = read_rows(path)
+    mi355x, rules = as_run_on(rows[:2], pm.load_hardware("mi355x"))
+    assert [r.dtype for r in mi355x] == ["fp32", "tf32"]
+    assert mi355x[0].static[1] == "fp32"
+    assert rules == ["XLA default f32 on a device without TF32 -> fp32"]
+    b200, rules = as_run_on(rows[2:], pm.load_hardware("b200"))
+    assert [r.dtype for r in b200] == ["tf32"]
+    assert rules == []

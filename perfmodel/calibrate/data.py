@@ -23,6 +23,7 @@ fewer points than the user believes, so any unusable line is an error naming the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,11 +43,11 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing import Prediction, predict
-from perfmodel.validation import kernel_path, stream_op, timing_floor
+from perfmodel.validation import dtype_rule, kernel_path, stream_op, timing_floor
 
 __all__ = [
-    "STREAM_OPS", "Dataset", "Row", "check_device", "dataset_from_rows", "read_rows",
-    "row_family",
+    "STREAM_OPS", "Dataset", "Row", "as_run_on", "check_device", "dataset_from_rows",
+    "read_rows", "row_family",
 ]
 
 #: Streaming ops calibration understands, beyond gemm and attention.
@@ -78,6 +79,7 @@ class Row:
     timing: str = ""
     unstable: bool = False
     case: str = ""
+    notes: str = ""
 
     @property
     def family(self) -> str:
@@ -153,7 +155,8 @@ def _shared_row(raw: Mapping[str, str], line: int) -> Row:
                  float(m.seq_kv or 1), float(m.head_dim or 1))
     return Row(line=line, op=m.op, dtype=dtype, measured_s=m.measured_s, static=static,
                sizes=sizes, spec=m.spec, source=m.source, gpu=m.gpu, timing=m.timing,
-               unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"))
+               unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"),
+               notes=notes)
 
 
 def parse_line(raw: Mapping[str, str], line: int) -> Row:
@@ -244,6 +247,24 @@ def check_device(rows: Sequence[Row], hw: HardwareSpec, path: str = "measurement
         raise PerfmodelError(
             path, f"measured on another device: {listed}, but --gpu is {hw.id}",
             f"pass --gpu {next(iter(sorted(others)))}, or --allow-other-gpu to fit anyway")
+
+
+def as_run_on(rows: Sequence[Row], hw: HardwareSpec) -> tuple[list[Row], list[str]]:
+    """``rows`` with each dtype replaced by the one ``hw`` runs it in
+    (:func:`perfmodel.validation.dtype_rule`: XLA's default f32 is full fp32 on a device
+    without TF32), and the rules that fired. (A row's :attr:`Row.group` follows its dtype:
+    read it before, to report under the measured dtype.)"""
+    out: list[Row] = []
+    rules: set[str] = set()
+    for row in rows:
+        dtype, rule = dtype_rule(row.dtype, row.notes, hw)
+        if dtype == row.dtype:
+            out.append(row)
+            continue
+        rules.add(rule)
+        static = (row.static[0], dtype, *row.static[2:])
+        out.append(dataclasses.replace(row, dtype=dtype, static=static))
+    return out, sorted(rules)
 
 
 def _base_id(hw: HardwareSpec) -> str:
