@@ -160,6 +160,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--max-fit-rows", type=int, default=30)
     p.add_argument("--min-rows", type=int, default=100)
     p.add_argument("--residual", default="auto", help="auto, off, scale, size, shape or gp")
+    p.add_argument("--include-suspect", action="store_true",
+                   help="keep rows whose notes say SUSPECT (left out by default)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=public_cmd)
 
@@ -265,12 +267,15 @@ def _environment(csv_path: Path, rows: list[Any]) -> dict[str, str]:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, Path | None, list[Any]]:
-    from perfmodel.calibrate.data import check_device, dataset_from_rows, read_rows
+    from perfmodel.calibrate.data import as_run_on, check_device, dataset_from_rows, read_rows
 
     csv_path = Path(args.csv)
     rows, _ = read_rows(csv_path)
     hw, spec_path = _resolve_spec(csv_path, args.gpu, rows)
     check_device(rows, hw, str(csv_path), allow_other=args.allow_other_gpu)
+    rows, rules = as_run_on(rows, hw)
+    for rule in rules:
+        print(f"note: {rule}", file=sys.stderr)
     return dataset_from_rows(rows), hw, spec_path, rows
 
 
@@ -429,7 +434,8 @@ def public_cmd(args: argparse.Namespace) -> int:
     from perfmodel.calibrate.report import group_table
 
     evals, skipped = evaluate_public(args.paths, max_fit_rows=args.max_fit_rows,
-                                     min_rows=args.min_rows, residual=_residual(args.residual))
+                                     min_rows=args.min_rows, residual=_residual(args.residual),
+                                     include_suspect=args.include_suspect)
     if args.json:
         print(json.dumps({"groups": [e.to_dict() for e in evals],
                           "skipped": [list(s) for s in skipped]}, indent=2))
@@ -438,9 +444,19 @@ def public_cmd(args: argparse.Namespace) -> int:
     cols = [("group", "group (spec/source/op/dtype)"), ("kind", "test"), ("n", "n"),
             ("n_fit", "fit"), ("n_test", "held out"), ("before_median", "before med"),
             ("before_p90", "p90"), ("after_median", "after med"), ("after_p90", "p90"),
-            ("note", "chosen")]
+            ("ceiling_median", "ceiling med"), ("ceiling_p90", "p90"), ("note", "chosen")]
     for line in group_table(rows, cols):
         print(line)
+    shapes = [e for e in evals if e.kind == "shapes"]
+    reach = [e for e in shapes if e.ceiling_median <= 0.05 and e.ceiling_p90 <= 0.15]
+    print(f"held-out median <= 5 % and p90 <= 15 %: {sum(e.meets() for e in shapes)} of "
+          f"{len(shapes)} groups after calibration, {sum(e.meets(0.05, 0.15) for e in reach)}"
+          f" of the {len(reach)} whose dense ceiling reaches them (ceiling: a local "
+          f"correction from every other shape of the group, see perfmodel.calibrate.public)")
+    for e in evals:
+        if e.kind == "seq-extrapolation":
+            print(f"sequence extrapolation {e.spec}/{e.source}/{e.op}/{e.dtype}: fit S <= 4k, "
+                  f"test 8k-32k, p90 {e.after_p90:.1%} (target <= 20 %)")
     for name, why in skipped:
         print(f"skipped {name}: {why}")
     return 0
