@@ -36,7 +36,8 @@ def _truth(hw: pm.HardwareSpec) -> np.ndarray:
 
 
 def _log2_shape(rows: list[Row]) -> np.ndarray:
-    return np.log2(np.asarray([r.sizes[:3] for r in rows]))
+    coords: np.ndarray = np.log2(np.asarray([r.sizes[:3] for r in rows]))
+    return coords
 
 
 def test_pick_fit_shapes_spans_the_times_one_row_per_shape() -> None:
