@@ -5,6 +5,7 @@ truth is known (made by the model with changed parameters, or with planted error
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +105,13 @@ def test_public_command_prints_groups_and_the_summary(
     assert "ceiling med" in text
     assert "1 of 1 groups after calibration" in text
     assert "1 row(s) whose notes say SUSPECT" in text
+
+
+def test_public_json_is_strict_json_without_a_ceiling(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A group too small for a dense ceiling reports it as null, not NaN."""
+    rows = _rows(_truth(pm.load_hardware(SPEC)))[:5]
+    ev = evaluate_group(rows, max_fit_rows=3, residual="off", params="basic")
+    assert ev.to_dict()["ceiling_median"] is None
+    assert json.loads(json.dumps(ev.to_dict(), allow_nan=False))["n_fit"] == 3
+

@@ -65,10 +65,13 @@ class GroupEval:
     ceiling_p90: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in (
+        """Plain fields; a figure not computed (NaN) is None, so the JSON is strict."""
+        out = {k: getattr(self, k) for k in (
             "spec", "source", "op", "dtype", "kind", "n", "n_fit", "n_test", "before_median",
             "before_p90", "after_median", "after_p90", "ceiling_median", "ceiling_p90",
             "params", "note")}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in out.items()}
 
     def meets(self, median: float = 0.05, p90: float = 0.15) -> bool:
         """After calibration, held-out median ≤ ``median`` and p90 ≤ ``p90``."""

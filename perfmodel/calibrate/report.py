@@ -144,6 +144,8 @@ def format_table(cv: CrossValidation) -> list[str]:
 def group_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> list[str]:
     """A plain fixed-width table of dict rows; ``columns`` = (key, header)."""
     def cell(v: Any) -> str:
+        if v is None:
+            return "-"
         if isinstance(v, float):
             return _pct(v).strip() if abs(v) < 100 else f"{v:.3g}"
         return str(v)

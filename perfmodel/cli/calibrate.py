@@ -438,7 +438,7 @@ def public_cmd(args: argparse.Namespace) -> int:
                                      include_suspect=args.include_suspect)
     if args.json:
         print(json.dumps({"groups": [e.to_dict() for e in evals],
-                          "skipped": [list(s) for s in skipped]}, indent=2))
+                          "skipped": [list(s) for s in skipped]}, indent=2, allow_nan=False))
         return 0
     rows = [{**e.to_dict(), "group": f"{e.spec}/{e.source}/{e.op}/{e.dtype}"} for e in evals]
     cols = [("group", "group (spec/source/op/dtype)"), ("kind", "test"), ("n", "n"),
