@@ -24,8 +24,8 @@ from pathlib import Path
 from perfmodel._errors import PerfmodelError
 
 __all__ = [
-    "COLUMNS", "Measurement", "MeasurementSet", "Record", "csv_records", "parse_time_us",
-    "read_measurements", "write_measurements",
+    "COLUMNS", "Measurement", "MeasurementSet", "Record", "csv_records", "is_suspect",
+    "parse_time_us", "read_measurements", "write_measurements",
 ]
 
 COLUMNS: tuple[str, ...] = (
@@ -40,6 +40,14 @@ _SHAPE = {
     "copy": ("m",), "add": ("m",), "rmsnorm": ("m", "n"), "layernorm": ("m", "n"),
     "silu_mul": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
 }
+
+
+def is_suspect(notes: str) -> bool:
+    """A row its source flagged SUSPECT in ``notes`` (its value implies more FLOP/s than
+    the device's dense peak); validation and calibration leave such rows out by default."""
+    return "SUSPECT" in notes
+
+
 #: One data line of a CSV: (line number, fields or None if malformed, problem).
 Record = tuple[int, Mapping[str, str] | None, str]
 _INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim")

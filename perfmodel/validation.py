@@ -21,7 +21,12 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.measurements import Measurement, MeasurementSet, read_measurements
+from perfmodel.measurements import (
+    Measurement,
+    MeasurementSet,
+    is_suspect,
+    read_measurements,
+)
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
@@ -285,7 +290,7 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
     fixed = load_hardware(hw) if hw is not None else None
     batches: dict[tuple[Any, ...], list[Measurement]] = defaultdict(list)
     for row in rows:
-        if not include_suspect and "SUSPECT" in row.notes:
+        if not include_suspect and is_suspect(row.notes):
             skipped.append((row.row, "notes say SUSPECT: implied FLOP/s above the device's "
                                      "dense peak (pass include_suspect=True to keep it)"))
             continue

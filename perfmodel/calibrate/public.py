@@ -37,6 +37,7 @@ from perfmodel.calibrate.data import Dataset, Row, as_run_on, dataset_from_rows,
 from perfmodel.calibrate.fit import apply_params, fit_auto
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.measurements import is_suspect
 
 __all__ = ["GroupEval", "dense_ceiling", "evaluate_group", "evaluate_public", "pick_fit_shapes"]
 
@@ -190,7 +191,7 @@ def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_
                             f"{bad[0][1]}"))
         suspect = 0
         for r in rows:
-            if not include_suspect and "SUSPECT" in r.notes:
+            if not include_suspect and is_suspect(r.notes):
                 suspect += 1
                 continue
             groups[r.group].append(r)
