@@ -39,7 +39,6 @@ __all__ = [
     "GroupResult",
     "ValidationReport",
     "dtype_rule",
-    "effective_dtype",
     "error_stats",
     "kernel_path",
     "stream_op",
@@ -228,14 +227,10 @@ def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
     return np.asarray([getattr(r, name) or default for r in rows], dtype=np.float64)
 
 
-def effective_dtype(row: Measurement, spec: HardwareSpec) -> tuple[str, str]:
-    """The dtype to predict a row with, and the rule used. XLA's default f32 precision
-    runs TF32 where the hardware has it and full fp32 where it has none (CDNA4)."""
-    return dtype_rule(row.dtype, row.notes, spec)
-
-
 def dtype_rule(dtype: str, notes: str, spec: HardwareSpec) -> tuple[str, str]:
-    """:func:`effective_dtype` from a row's ``dtype`` and ``notes`` columns."""
+    """The dtype to predict a row with, from its ``dtype`` and ``notes`` columns, and the
+    rule used. XLA's default f32 precision runs TF32 where the hardware has it and full
+    fp32 where it has none (CDNA4)."""
     dtype = normalize_dtype(dtype)
     if dtype == "tf32" and "tf32" not in spec.peaks and "f32_xla_default" in notes:
         return "fp32", "XLA default f32 on a device without TF32 -> fp32"
@@ -308,7 +303,7 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
         spec_id = key[0]
         try:
             spec = fixed or load_hardware(spec_id)
-            dtype, _rule = effective_dtype(group[0], spec)
+            dtype, _rule = dtype_rule(group[0].dtype, group[0].notes, spec)
             op = _build(group, key[1:], dtype)
             floor, _ = timing_floor(group[0].timing)
             p = predict(op, spec, extra_overhead_s=floor)

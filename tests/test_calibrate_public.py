@@ -60,13 +60,13 @@ def test_dense_ceiling_sees_smooth_errors_and_not_noise() -> None:
     x = _log2_shape(_rows())
     smooth = base * np.exp(0.05 * (x[:, 0] - 10.0))  # a slow drift with m
     data = dataset_from_rows(_rows(smooth), weight=np.ones(len(smooth)))
-    med, p90 = dense_ceiling(data, hw)
+    med, p90 = dense_ceiling(data, base)
     assert med < 0.03
     assert p90 < 0.06
     rng = np.random.default_rng(3)
     noisy = base * np.exp(rng.choice([-0.4, 0.4], size=len(base)))  # ±40 % at random
     data = dataset_from_rows(_rows(noisy), weight=np.ones(len(noisy)))
-    med, p90 = dense_ceiling(data, hw)
+    med, p90 = dense_ceiling(data, base)
     assert med > 0.25
 
 

@@ -36,8 +36,8 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.calibrate.data import Dataset, Row, as_run_on, dataset_from_rows, read_rows
 from perfmodel.calibrate.fit import apply_params, fit_auto
 from perfmodel.hardware.catalog import load_hardware
-from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.measurements import is_suspect
+from perfmodel.ops.cost import Array
 
 __all__ = ["GroupEval", "dense_ceiling", "evaluate_group", "evaluate_public", "pick_fit_shapes"]
 
@@ -78,15 +78,20 @@ class GroupEval:
         """After calibration, held-out median ≤ ``median`` and p90 ≤ ``p90``."""
         return self.after_median <= median and self.after_p90 <= p90
 
+    def ceiling_meets(self, median: float = 0.05, p90: float = 0.15) -> bool:
+        """The dense ceiling has median ≤ ``median`` and p90 ≤ ``p90`` (False if NaN)."""
+        return self.ceiling_median <= median and self.ceiling_p90 <= p90
 
-def dense_ceiling(data: Dataset, hw: HardwareSpec, neighbours: int = 5,
+
+def dense_ceiling(data: Dataset, predicted_s: Array, neighbours: int = 5,
                   chunk: int = 2048) -> tuple[float, float]:
-    """(median, p90) APE of the dense ceiling of ``data`` on ``hw`` (module docstring)."""
+    """(median, p90) APE of the dense ceiling of ``data``, given the uncalibrated
+    predictions ``predicted_s`` of its rows (module docstring)."""
     shape_of: dict[tuple[Any, ...], int] = {}
     ids = np.asarray([shape_of.setdefault(r.shape_key, len(shape_of)) for r in data.rows])
     if len(shape_of) <= neighbours:
         return math.nan, math.nan
-    e = np.log(data.measured_s / data.predict(hw))
+    e = np.log(data.measured_s / np.asarray(predicted_s, dtype=np.float64))
     first = np.unique(ids, return_index=True)[1]  # ids number shapes by first row
     coords = np.log2(np.maximum(np.asarray([data.rows[i].sizes for i in first],
                                            dtype=np.float64), 1.0))
@@ -151,12 +156,13 @@ def evaluate_group(rows: Sequence[Row], max_fit_rows: int = 30,
                              "needs rows on both sides of the split")
     train = data.subset(fit_idx)
     held = data.where(test)
+    before = data.predict(hw)
     result, sel = fit_auto(train, hw, residual=residual, params=params)
     calibrated = apply_params(hw.model_copy(update={"calibration": None}), result.params,
                               result.residuals)
-    b = _ape(held.predict(hw), held.measured_s)
+    b = _ape(before[test], held.measured_s)
     a = _ape(held.predict(calibrated), held.measured_s)
-    c = dense_ceiling(data, hw) if kind == "shapes" else (math.nan, math.nan)
+    c = dense_ceiling(data, before) if kind == "shapes" else (math.nan, math.nan)
     return GroupEval(spec=r0.spec, source=r0.source, op=r0.op, dtype=r0.dtype, n=len(rows),
                      n_fit=len(fit_idx), n_test=int(test.sum()), before_median=b[0],
                      before_p90=b[1], after_median=a[0], after_p90=a[1], kind=kind,

@@ -448,9 +448,9 @@ def public_cmd(args: argparse.Namespace) -> int:
     for line in group_table(rows, cols):
         print(line)
     shapes = [e for e in evals if e.kind == "shapes"]
-    reach = [e for e in shapes if e.ceiling_median <= 0.05 and e.ceiling_p90 <= 0.15]
+    reach = [e for e in shapes if e.ceiling_meets()]
     print(f"held-out median <= 5 % and p90 <= 15 %: {sum(e.meets() for e in shapes)} of "
-          f"{len(shapes)} groups after calibration, {sum(e.meets(0.05, 0.15) for e in reach)}"
+          f"{len(shapes)} groups after calibration, {sum(e.meets() for e in reach)}"
           f" of the {len(reach)} whose dense ceiling reaches them (ceiling: a local "
           f"correction from every other shape of the group, see perfmodel.calibrate.public)")
     for e in evals:
