@@ -3,7 +3,16 @@
 Schema (columns; order free, extra columns kept in ``extra``)::
 
     spec, source, gpu, op, impl, dtype, batch, m, n, k, heads, kv_heads, seq_q, seq_kv,
-    head_dim, causal, phase, direction, measured_us, measured_tflops, timing, notes
+    head_dim, causal, phase, direction, measured_us, measured_tflops, timing, notes,
+    out_dtype, kv_dtype, value_dim, quant, kernel, engine
+
+The last six are optional and describe what the engine ran: ``out_dtype`` (GEMM output,
+default: the input dtype), ``kv_dtype`` (attention KV-cache dtype, default: ``dtype``),
+``value_dim`` (attention V head dim, default: ``head_dim``), ``quant`` (quantization
+scheme of a GEMM: :data:`QUANT_SCHEMES`), ``kernel`` (the kernel the engine dispatched, as
+the engine names it) and ``engine`` (``trtllm``, ``vllm``, ``sglang``, …). Where such a
+column is empty, the ``notes`` labels of AIConfigurator's database fill it
+(:func:`notes_fields`): ``kv=`` the KV dtype, ``ks=`` the kernel, ``q=`` the quantization.
 
 Only ``op``, ``dtype``, ``measured_us`` and the op's shape columns are required
 (GEMM: m, n, k [batch]; attention: batch, heads, seq_q, seq_kv, head_dim [kv_heads,
@@ -24,15 +33,32 @@ from pathlib import Path
 from perfmodel._errors import PerfmodelError
 
 __all__ = [
-    "COLUMNS", "Measurement", "MeasurementSet", "Record", "csv_records", "is_suspect",
-    "parse_time_us", "read_measurements", "write_measurements",
+    "BASE_COLUMNS", "COLUMNS", "ENGINE_COLUMNS", "QUANT_SCHEMES", "Measurement",
+    "MeasurementSet", "Record", "csv_records", "is_suspect", "notes_fields", "parse_time_us",
+    "read_measurements", "write_measurements",
 ]
 
-COLUMNS: tuple[str, ...] = (
+#: The columns every file of the shared schema has.
+BASE_COLUMNS: tuple[str, ...] = (
     "spec", "source", "gpu", "op", "impl", "dtype", "batch", "m", "n", "k", "heads",
     "kv_heads", "seq_q", "seq_kv", "head_dim", "causal", "phase", "direction", "measured_us",
     "measured_tflops", "timing", "notes",
 )
+#: Optional columns that say what an engine ran (see the module doc).
+ENGINE_COLUMNS: tuple[str, ...] = ("out_dtype", "kv_dtype", "value_dim", "quant", "kernel",
+                                   "engine")
+#: Every column the reader knows, in the order :func:`write_measurements` writes them.
+COLUMNS: tuple[str, ...] = BASE_COLUMNS + ENGINE_COLUMNS
+#: GEMM quantization schemes: ``none``; fp8 with one scale per tensor, per output channel
+#: (and per token for the activations), or per block (activations 1×128, weights 128×128,
+#: DeepSeek-style); ``nvfp4``: e2m1 values with an fp8 scale per 16 elements and a global
+#: scale.
+QUANT_SCHEMES: tuple[str, ...] = ("none", "per-tensor", "per-channel", "block", "nvfp4")
+#: AIConfigurator's ``q=`` labels -> scheme. Its README: fp8 is per-tensor in TRT-LLM and
+#: vLLM, per-channel in SGLang (the engine decides; see :func:`notes_fields`).
+_AIC_QUANT = {"bfloat16": "none", "float16": "none", "fp8": "per-tensor",
+              "fp8_block": "block", "nvfp4": "nvfp4"}
+_ENGINES = ("trtllm", "vllm", "sglang")
 _REQUIRED = ("op", "dtype", "measured_us")
 _SHAPE = {
     "gemm": ("m", "n", "k"), "attention": ("heads", "seq_q", "seq_kv", "head_dim"),
@@ -50,7 +76,32 @@ def is_suspect(notes: str) -> bool:
 
 #: One data line of a CSV: (line number, fields or None if malformed, problem).
 Record = tuple[int, Mapping[str, str] | None, str]
-_INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim")
+_INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
+               "value_dim")
+_LABELS = ("out_dtype", "kv_dtype", "quant", "kernel", "engine")
+
+
+def notes_fields(notes: str, source: str = "") -> dict[str, str]:
+    """Labels of AIConfigurator's ``notes`` (``key=value`` pairs joined by ``;``) as schema
+    columns: ``kv=`` -> ``kv_dtype``, ``ks=`` -> ``kernel``, ``q=`` -> ``quant`` (fp8 is
+    per-channel when the source is SGLang, per-tensor otherwise); ``engine`` is the first
+    of trtllm/vllm/sglang named in ``source``. Unknown keys are ignored."""
+    pairs = dict(kv.split("=", 1) for kv in notes.split(";") if "=" in kv)
+    out: dict[str, str] = {}
+    low = source.lower()
+    engine = next((e for e in _ENGINES if e in low), "")
+    if engine:
+        out["engine"] = engine
+    if pairs.get("kv"):
+        out["kv_dtype"] = pairs["kv"].strip()
+    if pairs.get("ks"):
+        out["kernel"] = pairs["ks"].strip()
+    q = pairs.get("q", "").strip().lower()
+    if q in _AIC_QUANT:
+        out["quant"] = _AIC_QUANT[q]
+        if q == "fp8" and engine == "sglang":
+            out["quant"] = "per-channel"
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,6 +130,12 @@ class Measurement:
     head_dim: int | None = None
     notes: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
+    value_dim: int | None = None
+    out_dtype: str = ""
+    kv_dtype: str = ""
+    quant: str = ""
+    kernel: str = ""
+    engine: str = ""
 
 
 @dataclass(frozen=True)
@@ -140,13 +197,26 @@ def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
     if not dtype:
         raise ValueError("column dtype: empty")
     extra = {k: v for k, v in raw.items() if k not in COLUMNS and k is not None}
+    notes = (raw.get("notes") or "").strip()
+    source = (raw.get("source") or "").strip()
+    labels = notes_fields(notes, source)
+    for name in _LABELS:
+        text = (raw.get(name) or "").strip()
+        if text:
+            labels[name] = text
+    quant = labels.get("quant", "").lower()
+    if quant and quant not in QUANT_SCHEMES:
+        raise ValueError(f"column quant: unknown scheme {quant!r} (use one of "
+                         f"{', '.join(QUANT_SCHEMES)})")
     return Measurement(
         row=row, op=op, dtype=dtype, measured_s=us * 1e-6,
-        spec=(raw.get("spec") or "").strip(), source=(raw.get("source") or "").strip(),
+        spec=(raw.get("spec") or "").strip(), source=source,
         gpu=(raw.get("gpu") or "").strip(), impl=(raw.get("impl") or "").strip(),
         timing=(raw.get("timing") or "").strip(), phase=(raw.get("phase") or "").strip(),
-        causal=_bool(raw.get("causal") or ""), notes=(raw.get("notes") or "").strip(),
-        extra=extra, **sizes,
+        causal=_bool(raw.get("causal") or ""), notes=notes, extra=extra,
+        out_dtype=labels.get("out_dtype", ""), kv_dtype=labels.get("kv_dtype", ""),
+        quant=quant, kernel=labels.get("kernel", ""), engine=labels.get("engine", "").lower(),
+        **sizes,
     )
 
 

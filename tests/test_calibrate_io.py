@@ -19,7 +19,7 @@ from perfmodel.calibrate.run import done_cases
 from perfmodel.calibrate.suite import design_suite
 from perfmodel.cli.main import main
 from perfmodel.hardware.catalog import bundled_path
-from perfmodel.measurements import COLUMNS, write_measurements
+from perfmodel.measurements import BASE_COLUMNS, write_measurements
 
 TRUE = {"gemm/bf16": {"compute_fraction": 0.6, "memory_fraction": 0.7, "overhead_s": 6e-6},
         "stream/bf16": {"memory_fraction": 0.8, "overhead_s": 3e-6}}
@@ -49,7 +49,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 
 # ----------------------------------------------------------------------------- bad input
-HEADER = ",".join(COLUMNS)
+HEADER = ",".join(BASE_COLUMNS)
 GEMM = "h100-sxm,test,H100,gemm,torch.matmul,bf16,1,512,512,512,,,,,,,,,{t},,,"
 
 
