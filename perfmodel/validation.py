@@ -8,6 +8,7 @@ op path and timing method), so 30k rows take well under a second.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
+from perfmodel.engines import attention_kernel_for_label, gemm_kernel_for_label
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.measurements import (
@@ -32,15 +35,24 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing import predict
+from perfmodel.timing.constants import Constants
+from perfmodel.timing.context import L2State, Launch, RunContext
 
 __all__ = [
+    "GROUP_FIELDS",
     "TIMING_FLOORS",
+    "Batch",
     "ErrorStats",
     "GroupResult",
+    "Prepared",
     "ValidationReport",
     "dtype_rule",
     "error_stats",
+    "group_key",
+    "group_results",
     "kernel_path",
+    "prepare",
+    "run_context",
     "stream_op",
     "timing_floor",
     "validate",
@@ -68,6 +80,20 @@ TIMING_FLOORS: dict[str, tuple[float, str]] = {
     "nvbench_cold_gpu_time_l2_flushed": (
         11e-6, "nvbench cold GPU time: the rows' own hot times are ~11 µs shorter at small "
                "sizes (L2 refill and the event-timed launch gap)"),
+    "aic_cuda_graph_replay_mean": (
+        0.0, "AIConfigurator: mean of CUDA-graph replays, no L2 flush: graph kernel floors, "
+             "operands that fit L2 (with the collector's rotated weight copies) stay warm"),
+    "aic_cuda_events_eager_mean_of6": (
+        0.0, "AIConfigurator eager calls between CUDA events, no L2 flush: the call takes at "
+             "least the engine wrapper's host dispatch time"),
+}
+
+#: How each timing method launches kernels and leaves the L2 (see
+#: :class:`perfmodel.timing.context.RunContext`); methods not listed: stream launches,
+#: cold L2.
+_METHOD_CONTEXT: dict[str, tuple[Launch, L2State]] = {
+    "aic_cuda_graph_replay_mean": ("graph", "warm"),
+    "aic_cuda_events_eager_mean_of6": ("eager", "warm"),
 }
 
 
@@ -146,9 +172,22 @@ def error_stats(predicted: Array, measured: Array) -> ErrorStats:
                       float(np.mean(ape)))
 
 
+#: Fields that key a validation group (besides the device).
+GROUP_FIELDS: tuple[str, ...] = ("source", "op", "phase", "dtype", "kv_dtype", "quant",
+                                 "kernel")
+
+
+def group_key(row: Measurement, spec_id: str) -> tuple[str, ...]:
+    """(spec, source, op, phase, dtype, kv_dtype, quant, kernel) of a row: rows of one
+    device, source, op and dtype that an engine ran with the same kernel and cache or
+    quantization scheme (empty labels where the CSV has none)."""
+    return (spec_id, row.source, row.op, row.phase, row.dtype, row.kv_dtype, row.quant,
+            row.kernel)
+
+
 @dataclass(frozen=True)
 class GroupResult:
-    """Statistics of one (spec, source, op, dtype) group, ours and the bare roofline's."""
+    """Statistics of one group (:func:`group_key`), ours and the bare roofline's."""
 
     spec: str
     source: str
@@ -160,12 +199,61 @@ class GroupResult:
     floor_s: float
     floor_rule: str
     paths: tuple[str, ...] = ()
+    phase: str = ""
+    kv_dtype: str = ""
+    quant: str = ""
+    kernel: str = ""
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return (self.spec, self.source, self.op, self.phase, self.dtype, self.kv_dtype,
+                self.quant, self.kernel)
+
+    @property
+    def label(self) -> str:
+        """``spec/source/op[/phase]/dtype[/kv=..][/q=..][/kernel]``."""
+        parts = [self.spec, self.source, self.op]
+        if self.phase and self.op == "attention":
+            parts.append(self.phase)
+        parts.append(self.dtype)
+        if self.kv_dtype and self.kv_dtype != self.dtype:
+            parts.append(f"kv={self.kv_dtype}")
+        if self.quant and self.quant != "none":
+            parts.append(f"q={self.quant}")
+        if self.kernel:
+            parts.append(self.kernel)
+        return "/".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {"spec": self.spec, "source": self.source, "op": self.op, "dtype": self.dtype,
+                "phase": self.phase, "kv_dtype": self.kv_dtype, "quant": self.quant,
+                "kernel": self.kernel,
                 **self.ours.to_dict(), "baseline": self.baseline.to_dict(),
                 "timing": self.timing, "floor_us": self.floor_s * 1e6,
                 "floor_rule": self.floor_rule, "kernel_paths": list(self.paths)}
+
+
+def group_results(rows: Sequence[Measurement], spec_ids: Sequence[str], predicted: Array,
+                  baseline: Array, paths: dict[tuple[str, ...], set[str]]
+                  ) -> tuple[GroupResult, ...]:
+    """Per-group statistics of aligned rows / predictions / baseline predictions."""
+    measured = np.asarray([r.measured_s for r in rows], dtype=np.float64)
+    index: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for i, (r, sid) in enumerate(zip(rows, spec_ids, strict=True)):
+        index[group_key(r, sid)].append(i)
+    groups = []
+    for gkey in sorted(index):
+        idx = np.asarray(index[gkey])
+        code = rows[idx[0]].timing
+        floor, rule = timing_floor(code)
+        groups.append(GroupResult(
+            spec=gkey[0], source=gkey[1], op=gkey[2], phase=gkey[3], dtype=gkey[4],
+            kv_dtype=gkey[5], quant=gkey[6], kernel=gkey[7],
+            ours=error_stats(predicted[idx], measured[idx]),
+            baseline=error_stats(baseline[idx], measured[idx]),
+            timing=code, floor_s=floor, floor_rule=rule, paths=tuple(sorted(paths[gkey])),
+        ))
+    return tuple(groups)
 
 
 @dataclass(frozen=True)
@@ -179,6 +267,8 @@ class ValidationReport:
     rows: tuple[Measurement, ...] = ()
     predicted_s: Array = field(default_factory=lambda: np.zeros(0))
     baseline_s: Array = field(default_factory=lambda: np.zeros(0))
+    spec_ids: tuple[str, ...] = ()
+    """The device each row was predicted on (its spec column, or the fixed ``hw``)."""
 
     @property
     def mean_group_median(self) -> float:
@@ -214,13 +304,15 @@ def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
 
 
 def _batch_key(row: Measurement) -> tuple[Any, ...]:
+    """Everything besides the shape that decides how a row is predicted."""
+    labels = (row.timing, row.engine, row.kernel, row.quant, row.out_dtype, row.kv_dtype)
     if row.op not in ("gemm", "attention"):
-        return (row.op, row.dtype, row.timing)
+        return (row.op, row.dtype, *labels)
     if row.op == "gemm":
         return (row.op, row.dtype, "bias=y" in row.notes.lower() or "bias=true" in
-                row.impl.lower(), row.timing)
+                row.impl.lower(), *labels)
     path, splits, _ = kernel_path(row.impl, row.phase)
-    return (row.op, row.dtype, row.causal, path, splits, row.timing)
+    return (row.op, row.dtype, row.causal, path, splits, row.phase, *labels)
 
 
 def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
@@ -237,19 +329,77 @@ def dtype_rule(dtype: str, notes: str, spec: HardwareSpec) -> tuple[str, str]:
     return dtype, ""
 
 
-def _build(rows: Sequence[Measurement], key: tuple[Any, ...],
-           dtype: str) -> Gemm | Attention | StreamOp:
+def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
+           spec: HardwareSpec) -> tuple[Gemm | Attention | StreamOp, str]:
+    """The op of a batch of rows with one key, and the kernel rule used."""
+    first = rows[0]
     if key[0] not in ("gemm", "attention"):
-        return stream_op(key[0], dtype, _arr(rows, "m", 1), _arr(rows, "n", 1))
+        return stream_op(key[0], dtype, _arr(rows, "m", 1), _arr(rows, "n", 1)), key[0]
     if key[0] == "gemm":
+        quant = first.quant or "none"
+        rule = "gemm"
+        impl, quantize = "auto", False
+        if first.engine or quant != "none":
+            choice = gemm_kernel_for_label(first.engine or "none", first.kernel, spec.arch,
+                                           quant)
+            impl, quantize = choice.impl, choice.quantize_input
+            rule = f"gemm {impl}" + (f" {quant} (+ activation quantize)" if quantize else "")
         return Gemm(m=_arr(rows, "m", 1), n=_arr(rows, "n", 1), k=_arr(rows, "k", 1),
-                    batch=_arr(rows, "batch", 1), dtype=dtype, bias=bool(key[2]))
+                    batch=_arr(rows, "batch", 1), dtype=dtype, bias=bool(key[2]),
+                    out_dtype=first.out_dtype or ("bf16" if quant != "none" else None),
+                    quant=quant, quantize_input=quantize, impl=impl), rule
     heads = _arr(rows, "heads", 1)
     kv = np.asarray([r.kv_heads or r.heads or 1 for r in rows], dtype=np.float64)
+    head_dim = _arr(rows, "head_dim", 1)
+    value_dim = np.asarray([r.value_dim or r.head_dim or 1 for r in rows], dtype=np.float64)
+    impl, splits = str(key[3]), key[4]
+    kv_write = rope = False
+    rule = f"{impl} (num_splits={splits}): {kernel_path(first.impl)[2]}"
+    if first.engine:
+        attn = attention_kernel_for_label(first.engine, first.kernel, spec.arch,
+                                          first.phase, float(np.max(head_dim)),
+                                          first.kv_dtype or dtype)
+        impl, kv_write, rope = attn.impl, attn.kv_write, attn.rope
+        splits = attn.num_splits
+        rule = (f"{first.engine} {impl}" + (" + KV write" if kv_write else "")
+                + (" with RoPE" if rope else "") + f" ({attn.source})")
     return Attention(batch=_arr(rows, "batch", 1), heads=heads, kv_heads=kv,
                      seq_q=_arr(rows, "seq_q", 1), seq_kv=_arr(rows, "seq_kv", 1),
-                     head_dim=_arr(rows, "head_dim", 1), causal=bool(key[2]), dtype=dtype,
-                     impl=str(key[3]), num_splits=key[4])
+                     head_dim=head_dim, value_dim=value_dim, causal=bool(key[2]),
+                     dtype=dtype, kv_dtype=first.kv_dtype or None, impl=impl,
+                     num_splits=splits, kv_write=kv_write, rope=rope), rule
+
+
+#: Weight copies AIConfigurator's GEMM collectors rotate between calls (their source):
+#: TensorRT-LLM ⌈L2 / weight bytes⌉ capped at 5 (inputs shared); vLLM 6 for bf16 and fp8,
+#: 1 for fp8 block and nvfp4 (inputs shared); SGLang 6 (inputs rotated too).
+def _aic_copies(engine: str, op: Gemm | Attention | StreamOp,
+                spec: HardwareSpec) -> tuple[Any, bool]:
+    if not isinstance(op, Gemm):
+        return 1.0, False
+    if engine == "sglang":
+        return 6.0, True
+    if engine == "vllm":
+        return (1.0 if op.quant in ("block", "nvfp4") else 6.0), False
+    if engine == "trtllm":
+        _, w, _ = op.operand_bytes(op.m, op.n, op.k, op.batch)
+        l2 = spec.memory.l2 or 0.0
+        return np.clip(np.ceil(l2 / np.asarray(w, dtype=np.float64)), 1.0, 5.0), False
+    return 1.0, False
+
+
+def run_context(timing: str, engine: str, op: Gemm | Attention | StreamOp,
+                spec: HardwareSpec) -> RunContext:
+    """The :class:`RunContext` of rows timed by method ``timing`` (floor included; an
+    eager call's host time is the engine's constant)."""
+    floor, _ = timing_floor(timing)
+    launch, l2 = _METHOD_CONTEXT.get(timing, ("stream", "cold"))
+    copies: Any = 1.0
+    input_copies = False
+    if timing.startswith("aic_"):
+        copies, input_copies = _aic_copies(engine, op, spec)
+    return RunContext(launch=launch, l2=l2, copies=copies, input_copies=input_copies,
+                      floor_s=floor, engine=engine)
 
 
 def _bare_roofline(op: Gemm | Attention | StreamOp, hw: HardwareSpec) -> Array:
@@ -264,17 +414,90 @@ def _bare_roofline(op: Gemm | Attention | StreamOp, hw: HardwareSpec) -> Array:
                       dtype=np.float64)
 
 
-def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
-             hw: HardwareSpec | str | None = None, *,
-             include_suspect: bool = False) -> ValidationReport:
-    """Predict every measured row and report errors per (spec, source, op, dtype).
+@dataclass(frozen=True)
+class Batch:
+    """Rows predicted together: one device, one op object (arrays over the rows), one
+    run context; ``index`` are the rows' positions in :attr:`Prepared.rows`."""
 
-    ``hw`` replaces each row's ``spec`` column (required when the CSV has none). The
-    timing-method floor of each row's ``timing`` code (:data:`TIMING_FLOORS`) is added to
-    the kernel prediction; the kernel path comes from its ``impl`` (:func:`kernel_path`).
-    Rows whose notes say SUSPECT (a source's value implies more than the dense peak) are
-    skipped with that reason unless ``include_suspect``.
-    """
+    spec: HardwareSpec
+    op: Gemm | Attention | StreamOp
+    context: RunContext
+    index: npt.NDArray[np.intp]
+    rule: str
+    timing: str
+    mask: npt.NDArray[np.bool_] | None = None
+    """Which of the op's rows belong to the batch (None: all of them)."""
+
+    def predict(self, constants: Constants | None = None) -> Array:
+        """Predicted time of each row, s (the timing method's conventions applied)."""
+        p = predict(self.op, self.spec, context=self.context, constants=constants)
+        latency = np.atleast_1d(np.asarray(p.latency_s, dtype=np.float64))
+        if "median_over_kernel_events" in _METHOD_TRAITS.get(self.timing, ()):
+            # the source reports the median over individual kernel events: for an op of
+            # two kernels (split-K main + reduce) that is their mean, i.e. latency / 2
+            kernels = np.atleast_1d(np.asarray(p.details.get("kernels", 1.0), dtype=np.float64))
+            latency = latency / np.maximum(kernels, 1.0)
+        if self.mask is not None:
+            latency = np.broadcast_to(latency, self.mask.shape)[self.mask]
+        return np.broadcast_to(latency, self.index.shape)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Measured rows turned into ops once, ready to be predicted under any model
+    constants (what a fit of the constants evaluates many times)."""
+
+    rows: tuple[Measurement, ...]
+    spec_ids: tuple[str, ...]
+    batches: tuple[Batch, ...]
+    skipped: tuple[tuple[int, str], ...]
+
+    @property
+    def measured_s(self) -> Array:
+        return np.asarray([r.measured_s for r in self.rows], dtype=np.float64)
+
+    def predict(self, constants: Constants | None = None) -> Array:
+        """Predicted time of every row, s, aligned with :attr:`rows`."""
+        out = np.empty(len(self.rows))
+        for b in self.batches:
+            out[b.index] = b.predict(constants)
+        return out
+
+    def baseline(self) -> Array:
+        """The bare roofline of every row, s."""
+        out = np.empty(len(self.rows))
+        for b in self.batches:
+            out[b.index] = np.broadcast_to(_bare_roofline(b.op, b.spec), b.index.shape)
+        return out
+
+    def subset(self, keep: npt.NDArray[np.bool_]) -> Prepared:
+        """The rows where ``keep`` is true (batches re-indexed; the ops keep all their rows
+        and are predicted whole, then sliced)."""
+        new_pos = np.cumsum(keep) - 1
+        batches = []
+        for b in self.batches:
+            mask = keep[b.index]
+            if mask.any():
+                full = mask if b.mask is None else _expand(b.mask, mask)
+                batches.append(dataclasses.replace(b, index=new_pos[b.index[mask]], mask=full))
+        rows = tuple(r for r, k in zip(self.rows, keep, strict=True) if k)
+        specs = tuple(s for s, k in zip(self.spec_ids, keep, strict=True) if k)
+        return Prepared(rows, specs, tuple(batches), self.skipped)
+
+
+def _expand(outer: npt.NDArray[np.bool_],
+            inner: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Compose masks: ``inner`` selects among the true entries of ``outer``."""
+    out: npt.NDArray[np.bool_] = outer.copy()
+    out[outer] = inner
+    return out
+
+
+def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
+            hw: HardwareSpec | str | None = None, *,
+            include_suspect: bool = False) -> Prepared:
+    """Turn measured rows into ops, grouped for vectorised prediction (:class:`Prepared`).
+    Rows that cannot be predicted are returned in ``skipped`` with the reason."""
     if isinstance(records, (str, Path)):
         records = read_measurements(records)
     if isinstance(records, MeasurementSet):
@@ -283,7 +506,7 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
     else:
         rows, skipped = list(records), []
     fixed = load_hardware(hw) if hw is not None else None
-    batches: dict[tuple[Any, ...], list[Measurement]] = defaultdict(list)
+    grouped: dict[tuple[Any, ...], list[Measurement]] = defaultdict(list)
     for row in rows:
         if not include_suspect and is_suspect(row.notes):
             skipped.append((row.row, "notes say SUSPECT: implied FLOP/s above the device's "
@@ -293,58 +516,55 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement],
             skipped.append((row.row, "no spec column and no --gpu given"))
             continue
         spec_id = row.spec if fixed is None else fixed.id
-        batches[(spec_id,) + _batch_key(row)].append(row)  # noqa: RUF005
+        grouped[(spec_id,) + _batch_key(row)].append(row)  # noqa: RUF005
 
     kept: list[Measurement] = []
-    pred: list[Array] = []
-    base: list[Array] = []
-    paths: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
-    for key, group in batches.items():
+    kept_specs: list[str] = []
+    batches: list[Batch] = []
+    for key, group in grouped.items():
         spec_id = key[0]
         try:
             spec = fixed or load_hardware(spec_id)
             dtype, _rule = dtype_rule(group[0].dtype, group[0].notes, spec)
-            op = _build(group, key[1:], dtype)
-            floor, _ = timing_floor(group[0].timing)
-            p = predict(op, spec, extra_overhead_s=floor)
-            b = _bare_roofline(op, spec)
+            op, rule = _build(group, key[1:], dtype, spec)
+            ctx = run_context(group[0].timing, group[0].engine, op, spec)
+            batch = Batch(spec, op, ctx, np.arange(len(kept), len(kept) + len(group)), rule,
+                          group[0].timing)
+            batch.predict()  # an op this device cannot run is skipped here, with the reason
         except PerfmodelError as exc:
             skipped.extend((r.row, f"{spec_id}: {exc}") for r in group)
             continue
         kept.extend(group)
-        latency = np.atleast_1d(np.asarray(p.latency_s, dtype=np.float64))
-        if "median_over_kernel_events" in _METHOD_TRAITS.get(group[0].timing, ()):
-            # the source reports the median over individual kernel events: for an op of
-            # two kernels (split-K main + reduce) that is their mean, i.e. latency / 2
-            kernels = np.atleast_1d(np.asarray(p.details.get("kernels", 1.0), dtype=np.float64))
-            latency = latency / np.maximum(kernels, 1.0)
-        pred.append(latency)
-        base.append(np.atleast_1d(b))
-        for r in group:
-            label = r.op
-            if r.op == "attention":
-                label = f"{key[4]} (num_splits={key[5]}): {kernel_path(r.impl)[2]}"
-            paths[(spec_id, r.source, r.op, r.dtype)].add(str(label))
+        kept_specs.extend([spec_id] * len(group))
+        batches.append(batch)
+    return Prepared(tuple(kept), tuple(kept_specs), tuple(batches), tuple(sorted(skipped)))
 
-    predicted = np.concatenate(pred) if pred else np.zeros(0)
-    baseline = np.concatenate(base) if base else np.zeros(0)
-    measured = np.asarray([r.measured_s for r in kept], dtype=np.float64)
-    index: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
-    for i, r in enumerate(kept):
-        index[(fixed.id if fixed else r.spec, r.source, r.op, r.dtype)].append(i)
-    groups = []
-    for gkey in sorted(index):
-        idx = np.asarray(index[gkey])
-        code = kept[idx[0]].timing
-        floor, rule = timing_floor(code)
-        groups.append(GroupResult(
-            spec=gkey[0], source=gkey[1], op=gkey[2], dtype=gkey[3],
-            ours=error_stats(predicted[idx], measured[idx]),
-            baseline=error_stats(baseline[idx], measured[idx]),
-            timing=code, floor_s=floor, floor_rule=rule, paths=tuple(sorted(paths[gkey])),
-        ))
+
+def validate(records: MeasurementSet | str | Path | Iterable[Measurement] | Prepared,
+             hw: HardwareSpec | str | None = None, *,
+             include_suspect: bool = False,
+             constants: Constants | None = None) -> ValidationReport:
+    """Predict every measured row and report errors per group (:func:`group_key`).
+
+    ``hw`` replaces each row's ``spec`` column (required when the CSV has none). Each row's
+    ``timing`` code sets the run context (:func:`run_context`: floor, launch mode, L2
+    state); the kernel comes from its engine and ``kernel`` label, or its ``impl`` text
+    (:func:`kernel_path`). Rows whose notes say SUSPECT (a source's value implies more than
+    the dense peak) are skipped with that reason unless ``include_suspect``.
+    ``constants`` replaces the bundled model constants.
+    """
+    prep = records if isinstance(records, Prepared) else prepare(
+        records, hw, include_suspect=include_suspect)
+    predicted = prep.predict(constants)
+    baseline = prep.baseline()
+    measured = prep.measured_s
+    paths: dict[tuple[str, ...], set[str]] = defaultdict(set)
+    for b in prep.batches:
+        for i in b.index:
+            paths[group_key(prep.rows[i], prep.spec_ids[i])].add(b.rule)
+    groups = group_results(prep.rows, prep.spec_ids, predicted, baseline, paths)
     return ValidationReport(
         overall=error_stats(predicted, measured), overall_baseline=error_stats(baseline, measured),
-        groups=tuple(groups), skipped=tuple(sorted(skipped)), rows=tuple(kept),
-        predicted_s=predicted, baseline_s=baseline,
+        groups=groups, skipped=prep.skipped, rows=prep.rows,
+        predicted_s=predicted, baseline_s=baseline, spec_ids=prep.spec_ids,
     )

@@ -135,6 +135,9 @@ class MemorySpec(_Frozen):
     """Peak device-memory bandwidth, B/s (decimal: 1 TB/s = 1e12 B/s)."""
     l2: Bytes | None = None
     """Last-level (L2) cache size, bytes."""
+    l2_bandwidth: Bandwidth | None = None
+    """L2 read bandwidth, B/s, where a measurement or datasheet gives it (otherwise the
+    timing model derives it from the SM count and clock: ``family.l2_bytes_per_clock``)."""
     smem_per_unit: Bytes | None = None
     """Maximum shared memory (LDS on AMD) per SM/CU, bytes."""
     register_file_per_unit: Bytes | None = None

@@ -19,13 +19,22 @@ from perfmodel.ops.gemm import Gemm
 
 __all__ = ["IMPLS", "Attention", "causal_pairs"]
 
-Impl = Literal["flash", "flash2", "flash3", "paged", "naive"]
-#: Kernel paths. ``flash`` is the fused kernel native to the architecture (FA2-class before
-#: Hopper, FA3/cuDNN-class on Hopper and later); ``paged`` is FlashAttention-2's paged-KV
-#: kernel (``flash_attn_with_kvcache``); ``naive`` is the unfused math path.
-IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "paged", "naive")
-_IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "math": "naive", "unfused": "naive",
-                 "eager": "naive", "paged-kv": "paged", "kvcache": "paged", "cudnn": "flash3"}
+Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2", "xqa",
+               "trtllm-gen", "flashinfer", "triton"]
+#: Kernel families. ``flash`` is the fused kernel native to the architecture (FA2-class
+#: before Hopper, FA3/cuDNN-class on Hopper and later); ``flash2``/``flash3``/``flash4``
+#: are FlashAttention 2, 3 and 4 (CuTe); ``paged`` is FlashAttention-2's paged-KV kernel
+#: (``flash_attn_with_kvcache``); ``fmha-v2`` and ``xqa`` are TensorRT-LLM's context and
+#: decode kernels before Blackwell, ``trtllm-gen`` its Blackwell kernels (also reached
+#: through FlashInfer); ``flashinfer`` is FlashInfer's own (FA2-template) kernels,
+#: ``triton`` the Triton kernels of vLLM/SGLang; ``naive`` is the unfused math path.
+#: Each family's traits: :mod:`perfmodel.timing.kernels`.
+IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2",
+                          "xqa", "trtllm-gen", "flashinfer", "triton")
+_IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4", "math": "naive",
+                 "unfused": "naive", "eager": "naive", "paged-kv": "paged", "kvcache": "paged",
+                 "cudnn": "flash3", "trtllm-fmha": "fmha-v2", "fmha_v2": "fmha-v2",
+                 "trtllm_gen": "trtllm-gen", "trtllm-mha": "trtllm-gen", "mmha": "xqa"}
 
 
 def causal_pairs(seq_q: Array, seq_kv: Array) -> Array:
@@ -47,6 +56,11 @@ class Attention:
     FLOPs = 2·B·H_q·pairs·(D + D_v) (QKᵀ and PV), plus B·H_q·pairs exponentials. pairs is
     S_q·S_kv, or :func:`causal_pairs` when ``causal``. The unfused ``naive`` path computes
     the full S_q×S_kv rectangle whatever the mask.
+
+    An engine's attention call does more than the fused kernel: with ``kv_write`` it first
+    writes the S_q new keys and values into the paged KV cache (one kernel), with ``rope``
+    that kernel also rotates Q and K (TensorRT-LLM's QKV pre-processing):
+    :meth:`prologue_stage`.
     """
 
     batch: Array
@@ -60,12 +74,18 @@ class Attention:
     dtype: DType
     kv_dtype: DType
     impl: str
-    num_splits: int | Literal["auto"]
+    num_splits: int | Literal["auto", "gqa"]
+    """Split-KV: ``auto`` (the kernel's heuristic), ``gqa`` (split only when the query heads
+    of a KV group are packed for decode, as FlashAttention-2's varlen entry point does) or a
+    fixed count."""
+    kv_write: bool
+    rope: bool
 
     def __init__(self, batch: Any = 1, heads: Any = 32, kv_heads: Any = None, seq_q: Any = 2048,
                  seq_kv: Any = None, head_dim: Any = 128, value_dim: Any = None,
                  causal: bool = False, dtype: str = "bf16", kv_dtype: str | None = None,
-                 impl: str = "flash", num_splits: int | str = "auto") -> None:
+                 impl: str = "flash", num_splits: int | str = "auto", kv_write: bool = False,
+                 rope: bool = False) -> None:
         set_ = object.__setattr__
         set_(self, "batch", as_size(batch, "batch"))
         set_(self, "heads", as_size(heads, "heads"))
@@ -87,13 +107,15 @@ class Attention:
             raise PerfmodelError("impl", f"unknown attention kernel path {impl!r}",
                                  f"use one of {', '.join(IMPLS)}")
         set_(self, "impl", key)
-        if num_splits != "auto":
+        if num_splits not in ("auto", "gqa"):
             if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) \
                     or int(num_splits) < 1:
-                raise PerfmodelError("num_splits", f"must be 'auto' or an integer ≥ 1, got "
-                                     f"{num_splits!r}", "e.g. num_splits=1 (no split-KV)")
+                raise PerfmodelError("num_splits", f"must be 'auto', 'gqa' or an integer ≥ 1, "
+                                     f"got {num_splits!r}", "e.g. num_splits=1 (no split-KV)")
             num_splits = int(num_splits)
         set_(self, "num_splits", num_splits)
+        set_(self, "kv_write", bool(kv_write))
+        set_(self, "rope", bool(rope))
         broadcast_fields(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads,
                          seq_q=self.seq_q, seq_kv=self.seq_kv, head_dim=self.head_dim,
                          value_dim=self.value_dim)
@@ -189,6 +211,24 @@ class Attention:
             bytes_min=bmin, bytes_hbm=bmin, launches=np.ones(()),
             work_units=self.batch * self.heads * np.ceil(self.seq_q / 128.0),
         )
+
+    def prologue_stage(self) -> Elementwise | None:
+        """The pre-processing kernel of an engine call, or None: reads the new K and V
+        (and Q with ``rope``) in ``dtype``-width activations, writes K and V into the cache
+        in ``kv_dtype`` (and Q back with ``rope``); RoPE costs ~6 vector operations per
+        rotated element. Elements: B·S_q·(2·H_kv·D [+ H_q·D]). The activations arrive in
+        bf16 (2 bytes) whatever the compute dtype."""
+        if not (self.kv_write or self.rope):
+            return None
+        kv = self.batch * self.seq_q * self.kv_heads * (self.head_dim + self.value_dim)
+        q = self.batch * self.seq_q * self.heads * self.head_dim if self.rope else 0.0
+        numel = np.asarray(kv + q, dtype=np.float64)
+        s_kv = bytes_per_element(self.kv_dtype)
+        frac_q = q / numel
+        writes = frac_q + (1.0 - frac_q) * s_kv / 2.0
+        rot = 6.0 if self.rope else 0.0
+        return Elementwise(numel, reads=1, writes=writes, flops_per_element=rot,
+                           dtype="bf16", kind="attn_prologue")
 
     def naive_stages(self) -> list[tuple[str, Gemm | Elementwise | Softmax]]:
         """The unfused path as its kernels: S = Q·Kᵀ (written to HBM), scale and mask

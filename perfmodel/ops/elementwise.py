@@ -44,14 +44,14 @@ class Elementwise:
     """
 
     numel: Array
-    reads: float
-    writes: float
+    reads: float | Array
+    writes: float | Array
     flops_per_element: float
     sfu_per_element: float
     dtype: DType
     kind: str
 
-    def __init__(self, numel: Any, reads: float = 1, writes: float = 1,
+    def __init__(self, numel: Any, reads: float | Array = 1, writes: float | Array = 1,
                  flops_per_element: float = 1, sfu_per_element: float = 0,
                  dtype: str = "bf16", kind: str = "elementwise") -> None:
         set_ = object.__setattr__
@@ -59,11 +59,14 @@ class Elementwise:
         for name, value in (("reads", reads), ("writes", writes),
                             ("flops_per_element", flops_per_element),
                             ("sfu_per_element", sfu_per_element)):
-            if not np.isfinite(value) or value < 0:
+            arr = np.asarray(value, dtype=np.float64)
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
                 raise PerfmodelError(name, f"must be a finite number ≥ 0, got {value!r}",
                                      "pass a per-element count")
-        set_(self, "reads", float(reads))
-        set_(self, "writes", float(writes))
+        # reads/writes may be arrays (per-element byte ratios that vary with the shape)
+        set_(self, "reads", float(reads) if np.ndim(reads) == 0 else np.asarray(reads, float))
+        set_(self, "writes", float(writes) if np.ndim(writes) == 0
+             else np.asarray(writes, float))
         set_(self, "flops_per_element", float(flops_per_element))
         set_(self, "sfu_per_element", float(sfu_per_element))
         set_(self, "dtype", normalize_dtype(dtype))

@@ -1,4 +1,8 @@
-"""GEMM: C[b, m, n] = A[b, m, k] · B[b, k, n] (a linear layer shares B across the batch)."""
+"""GEMM: C[b, m, n] = A[b, m, k] · B[b, k, n] (a linear layer shares B across the batch).
+
+Quantized GEMMs (fp8, fp4 inputs) carry their scale factors and, when the call quantizes
+its bf16 activations on the fly (as inference engines do), that quantize kernel.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,41 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel._errors import PerfmodelError
+from perfmodel._xp import VECTOR, Ops
 from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
+from perfmodel.ops.elementwise import Elementwise
 
-__all__ = ["Gemm"]
+__all__ = ["GEMM_IMPLS", "QUANT_SCHEMES", "SCALE_BLOCK", "Gemm"]
+
+#: Quantization schemes of the inputs: ``none``; fp8 with one scale per tensor, per channel
+#: (weight rows; activations per token), or per block (activations 1×128, weights 128×128,
+#: DeepSeek-style); ``nvfp4``: e2m1 values with one fp8 scale per 16 elements (plus a global
+#: scale).
+QUANT_SCHEMES: tuple[str, ...] = ("none", "per-tensor", "per-channel", "block", "nvfp4")
+#: Block edge of the ``block`` scheme, elements.
+SCALE_BLOCK = 128.0
+#: Elements per scale of ``nvfp4``.
+_NVFP4_GROUP = 16.0
+#: Scale bytes written per quantized activation element, by scheme.
+_SCALE_PER_ELEMENT = {"none": 0.0, "per-tensor": 0.0, "per-channel": 0.0,
+                      "block": 4.0 / SCALE_BLOCK, "nvfp4": 1.0 / _NVFP4_GROUP}
+#: GEMM kernel families (``auto``: the vendor library, cuBLAS / hipBLASLt).
+GEMM_IMPLS: tuple[str, ...] = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton")
+
+
+def _scheme(quant: str, dtype: DType) -> str:
+    key = str(quant).strip().lower()
+    if key not in QUANT_SCHEMES:
+        raise PerfmodelError("quant", f"unknown quantization scheme {quant!r}",
+                             f"use one of {', '.join(QUANT_SCHEMES)}")
+    if key == "nvfp4" and dtype != "fp4":
+        raise PerfmodelError("quant", "nvfp4 scales fp4 values", "pass dtype='fp4'")
+    if key in ("per-tensor", "per-channel", "block") and dtype not in ("fp8", "int8"):
+        raise PerfmodelError("quant", f"{key} scales apply to fp8/int8 inputs, not {dtype}",
+                             "pass dtype='fp8', or quant='none'")
+    return key
 
 
 @dataclass(frozen=True, init=False)
@@ -19,7 +54,8 @@ class Gemm:
 
     FLOPs = 2·b·m·n·k (multiply and add counted separately; never MACs).
     Minimum traffic = s_in·(b·m·k + k·n·(1 if shared_b else b)) + s_out·b·m·n
-    (+ s_out·n for a bias vector). Shape fields accept numpy arrays and broadcast.
+    (+ s_out·n for a bias vector, + the scale factors of a quantized scheme:
+    :meth:`scale_bytes`). Shape fields accept numpy arrays and broadcast.
 
     Parameters
     ----------
@@ -33,6 +69,14 @@ class Gemm:
         B is one matrix shared by every batch entry (a linear layer's weight).
     bias:
         An epilogue bias vector of length n is read.
+    quant:
+        Quantization scheme of the inputs (:data:`QUANT_SCHEMES`); ``none`` for plain
+        dtypes.
+    quantize_input:
+        The call first quantizes A from ``out_dtype`` (the activations' dtype) to ``dtype``
+        with its scales: a separate streaming kernel (:meth:`quantize_stage`).
+    impl:
+        GEMM kernel family (:data:`GEMM_IMPLS`); ``auto`` is the vendor library.
     """
 
     m: Array
@@ -43,9 +87,14 @@ class Gemm:
     out_dtype: DType
     shared_b: bool
     bias: bool
+    quant: str
+    quantize_input: bool
+    impl: str
 
     def __init__(self, m: Any, n: Any, k: Any, batch: Any = 1, dtype: str = "bf16",
-                 out_dtype: str | None = None, shared_b: bool = False, bias: bool = False) -> None:
+                 out_dtype: str | None = None, shared_b: bool = False, bias: bool = False,
+                 quant: str = "none", quantize_input: bool = False,
+                 impl: str = "auto") -> None:
         set_ = object.__setattr__
         set_(self, "m", as_size(m, "m"))
         set_(self, "n", as_size(n, "n"))
@@ -55,6 +104,17 @@ class Gemm:
         set_(self, "out_dtype", normalize_dtype(out_dtype or dtype, "out_dtype"))
         set_(self, "shared_b", bool(shared_b))
         set_(self, "bias", bool(bias))
+        set_(self, "quant", _scheme(quant, self.dtype))
+        if quantize_input and self.quant == "none":
+            raise PerfmodelError("quantize_input", "there is nothing to quantize with "
+                                 "quant='none'", "pass a quantization scheme, e.g. "
+                                 "quant='per-tensor' with dtype='fp8'")
+        set_(self, "quantize_input", bool(quantize_input))
+        key = str(impl).strip().lower()
+        if key not in GEMM_IMPLS:
+            raise PerfmodelError("impl", f"unknown GEMM kernel family {impl!r}",
+                                 f"use one of {', '.join(GEMM_IMPLS)}")
+        set_(self, "impl", key)
         broadcast_fields(m=self.m, n=self.n, k=self.k, batch=self.batch)
 
     @property
@@ -69,61 +129,99 @@ class Gemm:
         """2·b·m·n·k, FLOPs."""
         return 2.0 * self.batch * self.m * self.n * self.k
 
-    def bytes_min(self) -> Array:
-        """Every operand read once and C written once, bytes."""
+    # ------------------------------------------------------------------ traffic
+    def operand_bytes(self, m: Any, n: Any, k: Any, b: Any,
+                      ops: Ops = VECTOR) -> tuple[Any, Any, Any]:
+        """(A, B, C) bytes for the given shape values: A = s_in·b·m·k (+ its scales),
+        B = s_in·b_B·k·n (+ its scales; b_B = 1 if shared_b), C = s_out·b·m·n (+ s_out·n
+        for a bias). One formula for the scalar (``ops=SCALAR``) and array paths."""
         s_in = bytes_per_element(self.dtype)
         s_out = bytes_per_element(self.out_dtype)
-        if self.shape == ():  # plain floats: the same formula without numpy's per-call cost
-            b, m, n, k = float(self.batch), float(self.m), float(self.n), float(self.k)
-            scalar = s_in * (b * m * k + (1.0 if self.shared_b else b) * k * n) + s_out * b * m * n
-            return np.asarray(scalar + (s_out * n if self.bias else 0.0))
-        b_mats = np.where(self.shared_b, 1.0, self.batch)
-        total = s_in * (self.batch * self.m * self.k + b_mats * self.k * self.n)
-        total = total + s_out * self.batch * self.m * self.n
+        b_mats = 1.0 if self.shared_b else b
+        a = s_in * b * m * k
+        w = s_in * b_mats * k * n
+        if self.quant == "per-channel":
+            a = a + 4.0 * b * m
+            w = w + 4.0 * b_mats * n
+        elif self.quant == "block":
+            a = a + 4.0 * b * m * ops.ceil(k / SCALE_BLOCK)
+            w = w + 4.0 * b_mats * ops.ceil(n / SCALE_BLOCK) * ops.ceil(k / SCALE_BLOCK)
+        elif self.quant == "nvfp4":
+            a = a + b * m * k / _NVFP4_GROUP
+            w = w + b_mats * k * n / _NVFP4_GROUP
+        c = s_out * b * m * n
         if self.bias:
-            total = total + s_out * self.n
-        return np.asarray(total, dtype=np.float64)
+            c = c + s_out * n
+        return a, w, c
+
+    def scale_bytes(self) -> Array:
+        """Bytes of the scale factors read with A and B, by scheme: per-channel 4·(m + n);
+        block 4·(m·⌈k/128⌉ + ⌈n/128⌉·⌈k/128⌉); nvfp4 (m·k + n·k)/16 (one fp8 per 16
+        elements); per-tensor and none 0 (a scalar)."""
+        a, w, _ = self.operand_bytes(self.m, self.n, self.k, self.batch)
+        s_in = bytes_per_element(self.dtype)
+        b_mats = 1.0 if self.shared_b else self.batch
+        plain = s_in * (self.batch * self.m * self.k + b_mats * self.k * self.n)
+        return np.asarray(a + w - plain, dtype=np.float64)
+
+    def bytes_min(self) -> Array:
+        """Every operand (and scale) read once and C written once, bytes."""
+        a, w, c = self.operand_bytes(self.m, self.n, self.k, self.batch)
+        return np.asarray(a + w + c, dtype=np.float64)
 
     def tiles(self, tile_m: float | Array, tile_n: float | Array,
               split_k: float | Array = 1.0) -> Array:
         """Output tiles (CTAs): b·⌈m/t_m⌉·⌈n/t_n⌉·split_k."""
         return self.batch * np.ceil(self.m / tile_m) * np.ceil(self.n / tile_n) * split_k
 
-    def bytes_tiled(self, tile_m: float | Array, tile_n: float | Array,
-                    concurrent_tiles: float | Array, cache_bytes: float) -> Array:
+    def tiled_traffic(self, m: Any, n: Any, k: Any, b: Any, tile_m: Any, tile_n: Any,
+                      concurrent_tiles: Any, cache_bytes: float,
+                      ops: Ops = VECTOR) -> Any:
         """Device-memory traffic of a tiled kernel with L2 reuse inside a wave, bytes.
 
         Tiles of one wave (``concurrent_tiles`` of them, rasterised as a near-square block
-        of g_m × g_n tiles) share A and B panels through L2. A is then re-read once per
-        column band of g_n·t_n, B once per row band of g_m·t_m:
-        traffic = s_in·(b·m·k·⌈n/(g_n·t_n)⌉ + k·n·b_B·⌈m/(g_m·t_m)⌉) + s_out·b·m·n.
-        If both operands fit in ``cache_bytes`` together the minimum traffic applies.
-        A bias vector (``bias``) is read once: + s_out·n.
+        of g_m × g_n tiles, g_m = round(√concurrent)) share A and B panels through L2. A is
+        then re-read once per column band of g_n·t_n, B once per row band of g_m·t_m:
+        traffic = A·⌈⌈n/t_n⌉/g_n⌉ + B·⌈⌈m/t_m⌉/g_m⌉ + C (:meth:`operand_bytes`). If one
+        batch entry's A and B fit in ``cache_bytes`` together, each is read once.
         """
-        s_in = bytes_per_element(self.dtype)
-        s_out = bytes_per_element(self.out_dtype)
-        b_mats = np.where(self.shared_b, 1.0, self.batch)
-        a_bytes = s_in * self.batch * self.m * self.k
-        b_bytes = s_in * b_mats * self.k * self.n
-        tiles_m = np.ceil(self.m / tile_m)
-        tiles_n = np.ceil(self.n / tile_n)
-        g = np.sqrt(np.maximum(concurrent_tiles, 1.0))
-        g_m = np.clip(np.round(g), 1.0, tiles_m)
-        g_n = np.clip(np.floor(np.maximum(concurrent_tiles, 1.0) / g_m), 1.0, tiles_n)
-        a_reads = np.ceil(tiles_n / g_n)
-        b_reads = np.ceil(tiles_m / g_m)
-        fits = (a_bytes / self.batch + b_bytes / b_mats) <= cache_bytes
-        a_reads = np.where(fits, 1.0, a_reads)
-        b_reads = np.where(fits, 1.0, b_reads)
-        total = a_bytes * a_reads + b_bytes * b_reads + s_out * self.batch * self.m * self.n
-        if self.bias:
-            total = total + s_out * self.n
-        return np.asarray(total, dtype=np.float64)
+        a, w, c = self.operand_bytes(m, n, k, b, ops)
+        b_mats = 1.0 if self.shared_b else b
+        tiles_m = ops.ceil(m / tile_m)
+        tiles_n = ops.ceil(n / tile_n)
+        conc = ops.maximum(concurrent_tiles, 1.0)
+        g_m = ops.clip(ops.round(ops.sqrt(conc)), 1.0, tiles_m)
+        g_n = ops.clip(ops.floor(conc / g_m), 1.0, tiles_n)
+        fits = (a / b + w / b_mats) <= cache_bytes
+        a_reads = ops.where(fits, 1.0, ops.ceil(tiles_n / g_n))
+        b_reads = ops.where(fits, 1.0, ops.ceil(tiles_m / g_m))
+        return a * a_reads + w * b_reads + c
+
+    def bytes_tiled(self, tile_m: float | Array, tile_n: float | Array,
+                    concurrent_tiles: float | Array, cache_bytes: float) -> Array:
+        """:meth:`tiled_traffic` for this op's own shape, bytes (arrays)."""
+        return np.asarray(self.tiled_traffic(self.m, self.n, self.k, self.batch, tile_m,
+                                             tile_n, concurrent_tiles, cache_bytes),
+                          dtype=np.float64)
+
+    # ------------------------------------------------------------------ stages
+    def quantize_stage(self) -> Elementwise:
+        """The activation-quantize kernel of a ``quantize_input`` call: reads A in
+        ``out_dtype``, writes it in ``dtype`` with its scales (per element: 4/128 bytes for
+        ``block``, 1/16 for ``nvfp4``; per-token and per-tensor scales are negligible);
+        about 3 vector operations per element (scale, round, clamp) and, for dynamic
+        scales, an amax reduction folded into the same pass."""
+        numel = np.asarray(self.batch * self.m * self.k, dtype=np.float64)
+        s_q = bytes_per_element(self.dtype) + _SCALE_PER_ELEMENT[self.quant]
+        return Elementwise(numel, reads=1, writes=s_q / bytes_per_element(self.out_dtype),
+                           flops_per_element=3, dtype=self.out_dtype, kind="quantize")
 
     def cost(self) -> Cost:
-        """Hardware-free cost with the minimum traffic and 128×128 tiles as work units."""
+        """Hardware-free cost with the minimum traffic and 128×128 tiles as work units
+        (the quantize kernel, if any, included)."""
         bmin = self.bytes_min()
-        return Cost(
+        main = Cost(
             tensor_flops=self.flops(), bytes_min=bmin, bytes_hbm=bmin,
             launches=np.ones(()), work_units=self.tiles(128.0, 128.0),
         )
+        return main + self.quantize_stage().cost() if self.quantize_input else main

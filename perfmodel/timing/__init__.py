@@ -8,6 +8,8 @@ t_memory (bytes at the achievable bandwidth for that size and CTA count), t_fixe
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,27 +23,35 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Embedding, Norm, Rotary, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing.attention import time_flash
-from perfmodel.timing.core import memory_time, overlap
+from perfmodel.timing.constants import Constants, bundled_constants
+from perfmodel.timing.context import DEFAULT_CONTEXT, RunContext
+from perfmodel.timing.core import make_env, overlap, stream_time
+from perfmodel.timing.engine_costs import call_fixed_s, call_row_s, eager_host_s
 from perfmodel.timing.gemm import time_gemm
+from perfmodel.timing.kernels import gemm_efficiency
 from perfmodel.timing.knobs import Knobs, knobs_for
-from perfmodel.timing.prediction import Prediction, make_prediction
+from perfmodel.timing.prediction import Prediction, as_value, make_prediction
 from perfmodel.timing.residual import apply_residual
 
-__all__ = ["Prediction", "predict"]
+__all__ = ["Constants", "Prediction", "RunContext", "predict"]
 
 StreamOp = Elementwise | Norm | Activation | Rotary | Softmax | Embedding
 Op = Gemm | Attention | StreamOp | AllReduce
+Timer = Callable[[Any, HardwareSpec, RunContext, Constants], Prediction]
 
 #: Achievable fraction of a GPU-GPU link's per-direction bandwidth (NVLink/IF measure
 #: 80–88 % of spec, PCIe 85–88 %: hardware-datasheets.md, memory and interconnect table).
 LINK_EFFICIENCY = 0.8
 #: Families with FA3/cuDNN-class fused attention (warp-specialised, TMA).
 _FA3_ARCHS = ("hopper", "blackwell")
+#: Kernel families that need TMA and warpgroup MMA (Hopper or later).
+_HOPPER_PLUS = ("flash3", "flash4")
 #: Per-step latency when the spec gives none for its link, s.
 DEFAULT_LINK_LATENCY_S = 5e-6
 
 
-def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0) -> Prediction:
+def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
+            context: RunContext | None = None, constants: Constants | None = None) -> Prediction:
     """Predict the duration of ``op`` on ``hw`` and explain it.
 
     Parameters
@@ -53,30 +63,46 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0) ->
         A :class:`HardwareSpec`, or a bundled id / YAML path.
     extra_overhead_s:
         A timing-method floor added once per call (e.g. the host gap of an eager call),
-        s; 0 for kernel-only time.
+        s; 0 for kernel-only time. Added to ``context.floor_s``.
+    context:
+        How the call runs and is timed (:class:`RunContext`: launch mode, L2 state,
+        rotated copies, host dispatch); default: stream launches, cold L2.
+    constants:
+        Model constants (:class:`Constants`); default: the bundled fitted table.
     """
     spec = load_hardware(hw)
     if not np.isfinite(extra_overhead_s) or extra_overhead_s < 0:
         raise PerfmodelError("extra_overhead_s", f"must be ≥ 0, got {extra_overhead_s!r}",
                              "pass 0 for kernel-only time")
-    # apply_residual: a calibrated profile's residual tables (timing/residual.py); a no-op
-    # for specs without them.
-    if isinstance(op, Gemm):
-        return apply_residual(_predict_gemm(op, spec, extra_overhead_s), spec, extra_overhead_s,
-                              op=op)
-    if isinstance(op, Attention):
-        if op.impl == "naive":
-            p = _predict_naive(op, spec, extra_overhead_s)
-        else:
-            p = _predict_flash(op, spec, extra_overhead_s)
-        return apply_residual(p, spec, extra_overhead_s, causal=op.causal, op=op)
+    ctx = context or DEFAULT_CONTEXT
+    consts = constants if constants is not None else bundled_constants()
+    floor = extra_overhead_s + ctx.floor_s
+    timer = _TIMERS.get(type(op))
+    if timer is None:
+        raise PerfmodelError("op", f"cannot predict {type(op).__name__}",
+                             "pass a perfmodel op such as Gemm or Attention")
+    host = ctx.host_s if ctx.host_s is not None else (
+        eager_host_s(ctx.engine, consts, spec.arch, str(getattr(op, "impl", "")))
+        if ctx.launch == "eager" else 0.0)
+    p = _finish(timer(op, spec, ctx, consts), host, floor)
     if isinstance(op, AllReduce):
-        return _predict_allreduce(op, spec, extra_overhead_s)
-    if isinstance(op, (Elementwise, Norm, Activation, Rotary, Softmax, Embedding)):
-        return apply_residual(_predict_stream(op, spec, extra_overhead_s), spec,
-                              extra_overhead_s)
-    raise PerfmodelError("op", f"cannot predict {type(op).__name__}",
-                         "pass a perfmodel op such as Gemm or Attention")
+        return p
+    # a calibrated profile's residual tables (timing/residual.py); a no-op without them
+    return apply_residual(p, spec, floor, causal=bool(getattr(op, "causal", False)), op=op)
+
+
+def _finish(p: Prediction, host_s: float, floor: float) -> Prediction:
+    """Add the per-call floor and, for an eager call, the host bound: a call cannot finish
+    before the host has dispatched it, latency = max(device time, host_s) + floor."""
+    if floor == 0.0 and host_s == 0.0:
+        return p
+    lat = np.asarray(p.latency_s, dtype=np.float64)
+    wait = np.maximum(host_s - lat, 0.0)
+    return dataclasses.replace(
+        p, latency_s=as_value(lat + wait + floor),
+        overhead_s=as_value(np.asarray(p.overhead_s, dtype=np.float64) + wait + floor),
+        details={**p.details, **({"host_wait_s": as_value(wait)} if host_s else {})},
+    )
 
 
 def _check_dtype(spec: HardwareSpec, dtype: str, field: str = "dtype") -> None:
@@ -90,66 +116,151 @@ def _ridge(k: Knobs) -> float:
     return k.rate / k.achievable_bandwidth
 
 
-def _predict_gemm(op: Gemm, spec: HardwareSpec, extra: float) -> Prediction:
-    _check_dtype(spec, op.dtype)
-    k = knobs_for(spec, "gemm", op.dtype)
-    t = time_gemm(op, k)
+def _combine(op: str, spec: HardwareSpec, dtype: str, main: Prediction,
+             stages: list[tuple[str, Prediction]], bytes_min: Any) -> Prediction:
+    """One prediction for a call of several kernels: parts summed, details of the main
+    kernel, each kernel kept in ``stages`` (launch order)."""
+    def total(field: str) -> Array:
+        return _sum_stages(stages, field)
+
+    kernels = sum(np.asarray(p.details.get("kernels", 1.0), dtype=np.float64)
+                  for _, p in stages)
     return make_prediction(
-        op="gemm", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
-        memory_s=t["memory_s"], overhead_s=t["overhead_s"] + extra,
-        latency_s=t["latency_s"] + extra, flops=op.flops(), bytes_=t["bytes"],
-        bytes_min=op.bytes_min(), peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
-        details={"tile_m": t["tile_m"], "tile_n": t["tile_n"], "split_k": t["split_k"],
-                 "waves": t["waves"], "kernels": t["launches"], "unit": k.unit},
+        op=op, hardware=spec.id, dtype=dtype, compute_s=total("compute_s"),
+        memory_s=total("memory_s"), overhead_s=total("overhead_s"),
+        latency_s=total("latency_s"), flops=total("flops"), bytes_=total("bytes"),
+        bytes_min=bytes_min, peak=main.peak, bandwidth=main.bandwidth,
+        ridge_point=main.ridge_point, stages=tuple(stages),
+        details={**main.details, "kernels": kernels},
     )
 
 
-def _predict_flash(op: Attention, spec: HardwareSpec, extra: float) -> Prediction:
+def _engine_time(ctx: RunContext, kind: str, spec: HardwareSpec, impl: str, rows: Any,
+                 consts: Constants) -> Any:
+    """Time of an engine call's own small kernels: fixed + rows·per-row/SMs (None when it
+    has none)."""
+    fixed = call_fixed_s(ctx.engine, kind, consts, spec.arch, impl)
+    per_row = call_row_s(ctx.engine, kind, consts, spec.arch, impl)
+    if not fixed and not per_row:
+        return None
+    return fixed + np.asarray(rows, dtype=np.float64) * per_row / spec.compute.units
+
+
+def _fixed(spec: HardwareSpec, dtype: str, seconds: Any, like: Prediction) -> Prediction:
+    """A stage of pure fixed time (an engine's bookkeeping kernels)."""
+    zero = np.zeros(np.shape(like.latency_s))
+    return make_prediction(op="engine", hardware=spec.id, dtype=dtype, compute_s=zero,
+                           memory_s=zero, overhead_s=zero + seconds, latency_s=zero + seconds,
+                           flops=zero, bytes_=zero, bytes_min=zero, peak=like.peak,
+                           bandwidth=like.bandwidth, ridge_point=like.ridge_point,
+                           details={"kernels": 0.0})
+
+
+def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
+                  consts: Constants) -> Prediction:
+    _check_dtype(spec, op.dtype)
+    k = knobs_for(spec, "gemm", op.dtype)
+    env = make_env(k, ctx, consts, spec.arch)
+    t = time_gemm(op, k, env, gemm_efficiency(op, consts))
+    main = make_prediction(
+        op="gemm", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
+        memory_s=t["memory_s"], overhead_s=t["overhead_s"], latency_s=t["latency_s"],
+        flops=op.flops(), bytes_=t["bytes"], bytes_min=op.bytes_min(), peak=k.peak,
+        bandwidth=k.bandwidth, ridge_point=_ridge(k),
+        details={"tile_m": t["tile_m"], "tile_n": t["tile_n"], "split_k": t["split_k"],
+                 "waves": t["waves"], "kernels": t["launches"], "unit": k.unit,
+                 "impl": op.impl, "quant": op.quant},
+    )
+    stages: list[tuple[str, Prediction]] = []
+    if op.quantize_input:
+        stages.append(("quantize", _predict_stream(op.quantize_stage(), spec, ctx, consts)))
+    stages.append(("gemm", main))
+    engine = _engine_time(ctx, f"gemm-{op.quant}", spec, op.impl, op.batch * op.m, consts)
+    if engine is not None:
+        stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
+    if len(stages) == 1:
+        return main
+    return _combine("gemm", spec, op.dtype, main, stages, op.bytes_min())
+
+
+def _predict_attention(op: Attention, spec: HardwareSpec, ctx: RunContext,
+                       consts: Constants) -> Prediction:
+    if op.impl == "naive":
+        return _predict_naive(op, spec, ctx, consts)
+    return _predict_flash(op, spec, ctx, consts)
+
+
+def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
+                   consts: Constants) -> Prediction:
     _check_dtype(spec, op.dtype)
     _check_dtype(spec, op.kv_dtype, "kv_dtype")
-    if op.impl == "flash3" and spec.arch not in _FA3_ARCHS:
-        raise PerfmodelError("impl", f"flash3 (FA3-class) kernels need Hopper or later; "
+    if op.impl in _HOPPER_PLUS and spec.arch not in _FA3_ARCHS:
+        raise PerfmodelError("impl", f"{op.impl} kernels need Hopper or later; "
                              f"{spec.id} is {spec.arch}",
                              "use impl='flash' (the native fused kernel) or 'flash2'")
+    if op.impl == "trtllm-gen" and spec.arch != "blackwell":
+        raise PerfmodelError("impl", f"trtllm-gen kernels are built for Blackwell; {spec.id} "
+                             f"is {spec.arch}", "use impl='fmha-v2' or 'xqa' (TensorRT-LLM "
+                             "before Blackwell), or impl='flash'")
     k = knobs_for(spec, "attention", op.dtype)
-    t = time_flash(op, k)
-    return make_prediction(
+    env = make_env(k, ctx, consts, spec.arch)
+    t = time_flash(op, k, env, consts)
+    main = make_prediction(
         op="attention", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
-        memory_s=t["memory_s"], overhead_s=t["overhead_s"] + extra,
-        latency_s=t["latency_s"] + extra, flops=op.flops(), bytes_=t["bytes"],
+        memory_s=t["memory_s"], overhead_s=t["overhead_s"],
+        latency_s=t["latency_s"], flops=op.flops(), bytes_=t["bytes"],
         bytes_min=op.bytes_min(), peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
         details={"impl": t["impl"], "q_tile": t["q_tile"], "splits": t["splits"],
                  "ctas": t["ctas"], "kernels": t["launches"]},
     )
+    stages: list[tuple[str, Prediction]] = []
+    pro = op.prologue_stage()
+    if pro is not None:
+        stages.append(("rope_kv_write" if op.rope else "kv_write",
+                       _predict_stream(pro, spec, ctx, consts)))
+    stages.append(("attention", main))
+    phase = "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill"
+    engine = _engine_time(ctx, f"attention-{phase}", spec, str(main.details["impl"]),
+                          op.batch * op.seq_q, consts)
+    if engine is not None:
+        stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
+    if len(stages) == 1:
+        return main
+    return _combine("attention", spec, op.dtype, main, stages, op.bytes_min())
 
 
 def _sum_stages(stages: list[tuple[str, Prediction]], field: str) -> Array:
     return np.asarray(sum(np.asarray(getattr(p, field)) for _, p in stages), dtype=np.float64)
 
 
-def _predict_naive(op: Attention, spec: HardwareSpec, extra: float) -> Prediction:
+def _predict_naive(op: Attention, spec: HardwareSpec, ctx: RunContext,
+                   consts: Constants) -> Prediction:
     _check_dtype(spec, op.dtype)
-    stages = [(name, predict(stage, spec)) for name, stage in op.naive_stages()]
+    stages = [(name, _TIMERS[type(stage)](stage, spec, ctx, consts))
+              for name, stage in op.naive_stages()]
     k = knobs_for(spec, "attention", op.dtype)
     return make_prediction(
         op="attention", hardware=spec.id, dtype=op.dtype,
         compute_s=_sum_stages(stages, "compute_s"), memory_s=_sum_stages(stages, "memory_s"),
-        overhead_s=_sum_stages(stages, "overhead_s") + extra,
-        latency_s=_sum_stages(stages, "latency_s") + extra,
+        overhead_s=_sum_stages(stages, "overhead_s"),
+        latency_s=_sum_stages(stages, "latency_s"),
         flops=_sum_stages(stages, "flops"), bytes_=_sum_stages(stages, "bytes"),
         bytes_min=op.bytes_min(), peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
         stages=tuple(stages), details={"impl": "naive", "kernels": float(len(stages))},
     )
 
 
-def _predict_stream(op: StreamOp, spec: HardwareSpec, extra: float) -> Prediction:
+def _predict_stream(op: StreamOp, spec: HardwareSpec, ctx: RunContext,
+                    consts: Constants) -> Prediction:
     dtype = op.dtype if op.dtype in spec.peaks else ("fp32" if "fp32" in spec.peaks
                                                      else next(iter(spec.peaks)))
     k = knobs_for(spec, "stream", dtype)
+    env = make_env(k, ctx, consts, spec.arch)
     c = op.cost()
     compute = c.vector_flops / k.vector_op_rate + c.sfu_ops / k.sfu_rate
-    memory = memory_time(c.bytes_hbm, k, ctas=c.work_units)
-    overhead = c.launches * k.overhead_s + extra
+    footprint = c.bytes_hbm * (env.copies if env.input_copies else 1.0)
+    memory = stream_time(c.bytes_hbm, footprint, k, env, ctas=c.work_units)
+    overhead = c.launches * env.kernel_s
     latency = overlap(compute, memory, k.overlap_p) + overhead
     return make_prediction(
         op=op.name, hardware=spec.id, dtype=op.dtype, compute_s=compute, memory_s=memory,
@@ -160,7 +271,8 @@ def _predict_stream(op: StreamOp, spec: HardwareSpec, extra: float) -> Predictio
     )
 
 
-def _predict_allreduce(op: AllReduce, spec: HardwareSpec, extra: float) -> Prediction:
+def _predict_allreduce(op: AllReduce, spec: HardwareSpec, ctx: RunContext,
+                       consts: Constants) -> Prediction:
     dtype = op.dtype if op.dtype in spec.peaks else "fp32"
     k = knobs_for(spec, "comm", dtype if dtype in spec.peaks else next(iter(spec.peaks)))
     link = spec.interconnect.gpu_link or spec.interconnect.host_link
@@ -173,7 +285,7 @@ def _predict_allreduce(op: AllReduce, spec: HardwareSpec, extra: float) -> Predi
     hbm_s = np.where(c.bytes_hbm > 0, c.bytes_hbm / k.achievable_bandwidth, 0.0)
     memory = np.maximum(link_s, hbm_s)
     compute = c.vector_flops / k.vector_op_rate
-    overhead = c.launches * k.overhead_s + extra
+    overhead = c.launches * make_env(k, ctx, consts, spec.arch).kernel_s
     latency = overlap(compute, memory, k.overlap_p) + overhead
     details: dict[str, Any] = {"link": link.name, "link_s": link_s, "kernels": c.launches}
     return make_prediction(
@@ -182,3 +294,12 @@ def _predict_allreduce(op: AllReduce, spec: HardwareSpec, extra: float) -> Predi
         bytes_min=c.link_bytes, peak=k.vector_op_rate * 2.0,
         bandwidth=link.bandwidth_per_direction, ridge_point=_ridge(k), details=details,
     )
+
+
+#: The timing function of each op class.
+_TIMERS: dict[type, Timer] = {
+    Gemm: _predict_gemm,
+    Attention: _predict_attention,
+    AllReduce: _predict_allreduce,
+    **dict.fromkeys((Elementwise, Norm, Activation, Rotary, Softmax, Embedding), _predict_stream),
+}

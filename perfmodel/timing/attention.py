@@ -1,30 +1,38 @@
-"""Fused (flash) attention timing: prefill, chunked prefill and decode.
+"""Fused attention timing: prefill, chunked prefill and decode, per kernel family.
 
-Kernel model (FA2/FA3-class):
+Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
 
-- Query tile q_t from SRAM: 128 rows if (128·D + 2·64·(D + D_v))·s fits in shared memory per
-  SM, else 64; key tile 128 for D ≤ 64, else 64. CTAs resident per SM: 1–2 by SRAM.
-- Work units: B·H_q·⌈S_q/q_t⌉ CTAs. For decode (FA2: S_q = 1; FA3: S_q·H_q/H_kv ≤ 64)
-  the G = H_q/H_kv query heads of a group are packed into one 64-row tile, giving B·H_kv CTAs;
-  the matrix and softmax work then runs on the whole padded tile (64/(G·S_q) times the
-  useful work), which is what makes batch-1 decode slow per CTA. In prefill the last query
-  tile is likewise padded to q_t rows.
-- Split-KV: ``num_splits`` (or, for ``"auto"``, the smallest split that fills the device to
-  85 % of the best wave efficiency, as FlashAttention's heuristic does) multiplies CTAs and
-  adds a combine kernel and fp32 partial outputs.
-- Compute: tensor time 2·B·H_q·pairs_c·(D + D_v) / (R·e_attn), pairs_c including the whole
-  diagonal tiles under a causal mask (the paged-KV kernel in prefill computes the whole
-  S_q×S_kv rectangle at ``paged_prefill_efficiency`` of the rate); softmax time
-  B·H_q·pairs_c·(1/R_sfu + v/R_vec) with v vector ops per pair. FA2-class kernels serialise
-  the two, FA3-class overlap them (``softmax_overlap``). Divided by the wave efficiency
-  CTAs / (⌈CTAs/slots⌉·slots).
-- Memory: :meth:`Attention.flash_bytes` at the bandwidth min(1, CTAs·c/U) of the achievable.
-- Launches: the main kernel, a combine kernel when split, and for the paged-KV entry point in
-  decode with G > 1 two layout copies (Q into the packed layout, O back).
+- **Tiles.** Query tile q_t rows (the family's, 128 for head dims ≤ 128; 64 where shared
+  memory cannot hold Q plus two K/V tiles). Packed GQA (decode, or short queries for
+  FA3-class kernels) puts the G = H_q/H_kv query heads of a KV head into one tile's rows:
+  a head unit then has R = G·S_q rows, else R = S_q per query head. Tiles are padded to the
+  MMA granularity (16 rows): q_eff = min(q_t, 16·⌈R/16⌉). Work tiles:
+  T₀ = B·H_u·⌈R/q_eff⌉, H_u = H_kv packed, H_q otherwise.
+- **Split-KV** (``auto`` families): when T₀ does not fill the device, the keys are split
+  over s CTAs (the smallest s reaching 85 % of the best wave efficiency, as FlashAttention
+  chooses), plus a combine kernel and fp32 partial outputs: T = T₀·s tiles.
+- **Work per tile.** Keys a tile visits k̄ = computed pairs per row / s (causal: with the
+  whole diagonal tiles), padded to the key tile: k_pad = kv_t·⌈k̄/kv_t⌉. Matrix FLOPs
+  2·q_eff·k_pad·(D + D_v) per tile; softmax q_eff·k_pad exponentials (special-function
+  unit) and v vector ops; FA2-class kernels serialise softmax and MMA, FA3-class overlap
+  them (``softmax_overlap``). An fp8 KV cache read by a bf16 kernel costs ``dequant_ops``
+  vector operations per loaded element.
+- **Scheduling.** Slots = SMs for persistent families, SMs × resident CTAs (1–2 by shared
+  memory) otherwise; compute = Σ tile work / (rate · e_family · wave efficiency),
+  wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
+  per-tile time ``tile_s`` (first dependent loads, output store): ⌈T/slots⌉·t_tile.
+- **Memory.** :meth:`Attention.flash_bytes` (Q once, O once, K/V once per query tile that
+  misses L2) + split partials, at the bandwidth the active CTAs can pull (or from L2 for a
+  warm repeated call).
+- **Kernels.** The main kernel, the combine kernel when split; for the paged-KV entry point
+  in decode with G > 1, two layout copies (Q in, O out).
+
+latency = overlap(compute, memory) + ⌈T/slots⌉·t_tile + kernels·t_kernel.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,17 +40,25 @@ import numpy as np
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.cost import Array
-from perfmodel.timing.core import memory_time, overlap
+from perfmodel.timing.constants import Constants
+from perfmodel.timing.core import Env, overlap, stream_time
+from perfmodel.timing.kernels import (
+    OVERLAPPED_SOFTMAX,
+    AttentionFamily,
+    attention_family,
+    attn_constant,
+    tile_efficiency,
+)
 from perfmodel.timing.knobs import Knobs
 
 __all__ = ["auto_splits", "resolve_impl", "time_flash"]
 
-#: Query rows per tile of the split-KV / KV-cache decode kernels (FlashAttention uses 64).
-_DECODE_TILE = 64.0
+#: Rows of an MMA instruction: a query tile is padded to a multiple of this.
+_MMA_ROWS = 16.0
 
 
 def resolve_impl(op: Attention, k: Knobs) -> str:
-    """The concrete kernel path: ``flash`` becomes the family's native fused kernel."""
+    """The concrete kernel family: ``flash`` becomes the family native to the architecture."""
     return k.family.flash_impl if op.impl == "flash" else op.impl
 
 
@@ -63,69 +79,116 @@ def auto_splits(base_ctas: Array, seq_kv: Array, units: int, max_splits: int = 6
     return np.asarray(np.where(base_ctas >= 0.8 * units, 1.0, first), dtype=np.float64)
 
 
-def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
-    """Timing of the fused kernel paths (flash2, flash3, paged)."""
+def _tiles(fam: AttentionFamily, arch: str, d: Array, dv: Array, s: float,
+           smem: float) -> tuple[Array, Array]:
+    """(query rows, keys) per tile for each head dim: the family's rule for the
+    architecture, else 128×128 with the rows halved when shared memory cannot hold Q and
+    two K/V tiles."""
+    dims = np.asarray(d, dtype=np.float64)
+    q = np.full(dims.shape, 128.0)
+    kv = np.full(dims.shape, 128.0)
+    for val in np.unique(dims):
+        rule = fam.tile(arch, float(val))
+        if rule is None:
+            kv_v = 128.0
+            q_v = 128.0 if (128.0 * val + 2.0 * kv_v * (val + val)) * s <= smem else 64.0
+        else:
+            q_v, kv_v = rule
+            if (q_v * val + 2.0 * kv_v * (val + val)) * s > smem:
+                q_v = q_v / 2.0  # the tile does not fit this device's shared memory
+        sel = dims == val
+        q = np.where(sel, q_v, q)
+        kv = np.where(sel, kv_v, kv)
+    del dv
+    return q, kv
+
+
+def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str, Any]:
+    """Timing of a fused attention kernel of ``op``'s family (see the module doc)."""
     impl = resolve_impl(op, k)
+    fam = attention_family(impl)
+    arch = k.arch
     s = bytes_per_element(op.dtype)
     d, dv = op.head_dim, op.value_dim
     smem = k.smem_per_unit
-    need128 = (128.0 * d + 2.0 * 64.0 * (d + dv)) * s
-    q_tile = np.where(need128 <= smem, 128.0, 64.0)
-    k_tile = np.where(d <= 64, 128.0, 64.0)
-    need = (q_tile * d + 2.0 * k_tile * (d + dv)) * s
-    per_unit = np.clip(np.floor(smem / need), 1.0, 2.0)
+    q_t, kv_t = _tiles(fam, arch, d, dv, s, smem)
+    need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
+    per_unit = 1.0 if fam.persistent else np.clip(np.floor(smem / need), 1.0, 2.0)
     slots = k.units * per_unit
 
     group = op.heads / op.kv_heads
-    # FA2's KV-cache path packs a group's query heads only for a single query token; FA3
-    # packs whenever the group's rows fit one tile
-    if impl == "flash3":
-        packed = op.seq_q * group <= _DECODE_TILE
+    if fam.pack_gqa == "short":
+        packed = op.seq_q * group <= q_t
+    elif fam.pack_gqa == "decode":
+        packed = (op.seq_q == 1) & (group <= 64)
     else:
-        packed = (op.seq_q == 1) & (group <= _DECODE_TILE)
-    q_tile = np.where(packed, _DECODE_TILE, q_tile)
-    base = np.where(packed, op.batch * op.kv_heads,
-                    op.batch * op.heads * np.ceil(op.seq_q / q_tile))
-    if op.num_splits == "auto":
-        splits = auto_splits(base, op.seq_kv, k.units)
-    else:
+        packed = np.zeros(np.shape(op.seq_q), dtype=bool)
+    fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
+    packed = packed & ~fallback
+    rows = np.where(packed, op.seq_q * group, op.seq_q)
+    q_eff = np.minimum(q_t, _MMA_ROWS * np.ceil(rows / _MMA_ROWS))
+    q_tiles = np.ceil(rows / q_eff)
+    heads_u = np.where(packed, op.kv_heads, op.heads)
+    base = op.batch * heads_u * q_tiles
+    if op.num_splits not in ("auto", "gqa"):
         splits = np.full(np.shape(base), float(op.num_splits))
-    splits = np.minimum(splits, np.maximum(np.ceil(op.seq_kv / 64.0), 1.0))
-    ctas = base * splits
-
-    prefill = ~packed
-    if impl == "paged":
-        rect = op.seq_q * op.seq_kv
-        pairs_c = np.where(prefill, rect, op.computed_pairs(q_tile, k_tile))
-        paged_rate = np.where(prefill, k.paged_prefill_efficiency, 1.0)
+    elif fam.split_kv == "auto":
+        splits = np.minimum(auto_splits(base, op.seq_kv, k.units), fam.max_splits)
+        if op.num_splits == "gqa":
+            splits = np.where(packed & (group > 1), splits, 1.0)
+        splits = np.where(fallback, 1.0, splits)
+        if op.kv_dtype == "fp8" and arch in fam.fp8_unsplit:
+            splits = np.ones(np.shape(base))
     else:
-        pairs_c = op.computed_pairs(q_tile, k_tile)
-        paged_rate = np.ones(())
-    # decode packs G·S_q query rows into one tile: the MMA and softmax run on whole tiles
-    # in prefill a partly filled last query tile costs a whole tile
-    rows_eff = np.where(packed, q_tile / np.maximum(group * op.seq_q, 1.0),
-                        np.ceil(op.seq_q / q_tile) * q_tile / op.seq_q)
-    bh_pairs = op.batch * op.heads * pairs_c * rows_eff
-    t_tensor = 2.0 * bh_pairs * (d + dv) / (k.rate * k.attention_efficiency * paged_rate)
-    t_soft = bh_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
-    ov = k.fa3_softmax_overlap if impl == "flash3" else k.softmax_overlap
+        splits = np.ones(np.shape(base))
+    splits = np.minimum(splits, np.maximum(np.ceil(op.seq_kv / 64.0), 1.0))
+    tiles = base * splits
+
+    # keys each query row visits (causal: with the whole diagonal tiles), per split
+    pairs_row = op.computed_pairs(q_t, kv_t) / op.seq_q
+    paged_rate = np.ones(())
+    if impl == "paged":  # the paged kernel computes the whole rectangle in prefill
+        prefill = ~packed
+        pairs_row = np.where(prefill, op.seq_kv, pairs_row)
+        paged_rate = np.where(prefill, k.paged_prefill_efficiency, 1.0)
+    keys = pairs_row / splits
+    k_pad = kv_t * np.ceil(keys / kv_t)
+    tile_pairs = q_eff * k_pad
+    all_pairs = tiles * tile_pairs
+
+    fp8 = op.dtype == "fp8"
+    eff = attn_constant(impl, "fp8_efficiency" if fp8 else "efficiency", arch, consts)
+    eff = eff * tile_efficiency(q_t, kv_t)
+    t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
+    t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
+    if op.kv_dtype == "fp8" and not fp8:
+        # the bf16 kernel converts every K/V element it loads
+        loaded = tiles * k_pad * (d + dv) * np.where(packed, 1.0, 1.0 / group)
+        t_soft = t_soft + loaded * attn_constant(impl, "dequant_ops", arch, consts) \
+            / k.vector_op_rate
+    ov = k.fa3_softmax_overlap if impl in OVERLAPPED_SOFTMAX else k.softmax_overlap
     compute_raw = np.maximum(t_tensor, t_soft) + (1.0 - ov) * np.minimum(t_tensor, t_soft)
-    waves = np.ceil(ctas / slots)
-    wave_eff = ctas / (waves * slots)
+    waves = np.ceil(tiles / slots)
+    wave_eff = tiles / (waves * slots)
     compute = compute_raw / wave_eff
 
     heads_in_flight = np.maximum(slots / np.maximum(base / (op.batch * op.heads), 1.0), 1.0)
-    traffic = op.flash_bytes(q_tile, heads_in_flight, k.l2_bytes)
+    traffic = op.flash_bytes(q_t, heads_in_flight, k.l2_bytes)
     partial = np.where(splits > 1, 2.0 * op.batch * op.heads * op.seq_q * splits * (dv + 2.0)
                        * 4.0, 0.0)
-    traffic = traffic + partial
-    memory = memory_time(traffic, k, ctas=np.minimum(ctas, slots))
+    # the fallback kernel of an over-large group reads each KV head once per query head
+    traffic = traffic + np.where(fallback, (group - 1.0) * op.kv_bytes(), 0.0) + partial
+    footprint = op.bytes_min() * env.copies
+    k_attn = replace(k, cta_bandwidth=attn_constant(impl, "cta_bandwidth", arch, consts))
+    memory = stream_time(traffic, footprint, k_attn, env, ctas=np.minimum(tiles, slots))
     launches = np.where(splits > 1, 2.0, 1.0)
     if impl == "paged":
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
         launches = launches + np.where(packed & (group > 1), 2.0, 0.0)
-    overhead = launches * k.overhead_s
+    tile_s = np.where(op.seq_q == 1, attn_constant(impl, "decode_tile_s", arch, consts),
+                      attn_constant(impl, "tile_s", arch, consts))
+    overhead = launches * env.kernel_s + waves * tile_s
     latency = overlap(compute, memory, k.overlap_p) + overhead
     shape = op.shape
 
@@ -135,6 +198,6 @@ def time_flash(op: Attention, k: Knobs) -> dict[str, Any]:
     return {
         "latency_s": full(latency), "compute_s": full(compute), "memory_s": full(memory),
         "overhead_s": full(overhead), "bytes": full(traffic), "launches": full(launches),
-        "q_tile": full(q_tile), "splits": full(splits), "ctas": full(ctas), "impl": impl,
+        "q_tile": full(q_eff), "splits": full(splits), "ctas": full(tiles), "impl": impl,
         "useful_flops": full(op.flops()),
     }

@@ -1,18 +1,64 @@
-"""Shared timing formulas: memory time for a transfer, overlap of compute and memory.
+"""Shared timing formulas: memory time for a transfer (from DRAM or, for a warm repeated
+call whose footprint fits, from L2), overlap of compute and memory, and the per-call
+environment (:class:`Env`) the op timings share.
 
-Each takes an ``ops`` namespace (:mod:`perfmodel.timing._xp`) so the same formula runs on
+Each formula takes an ``ops`` namespace (:mod:`perfmodel._xp`) so the same formula runs on
 floats (scalar fast path) or numpy arrays.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.timing._xp import VECTOR, Ops
+from perfmodel._xp import VECTOR, Ops
+from perfmodel.timing.constants import Constants, arch_name
+from perfmodel.timing.context import RunContext
 from perfmodel.timing.knobs import Knobs
 
-__all__ = ["cta_bandwidth_fraction", "memory_time", "overlap"]
+__all__ = ["Env", "cta_bandwidth_fraction", "l2_hit_fraction", "make_env", "memory_time",
+           "overlap", "stream_time"]
+
+
+@dataclass(frozen=True)
+class Env:
+    """Per-call figures beyond the knobs: the fixed cost of one kernel in this launch mode,
+    and whether (and how much) L2 holds operands across repeats.
+
+    Attributes
+    ----------
+    kernel_s:
+        Fixed cost per kernel, s: the spec's ``kernel_overhead`` for stream launches, the
+        graph floor (constant ``graph_kernel_s``) for CUDA-graph replay.
+    warm:
+        The call is repeated with nothing in between (no L2 flush).
+    l2_capacity:
+        Bytes of L2 a repeated call's footprint may occupy and still hit (L2 size ×
+        ``l2_capacity_fraction``).
+    l2_bandwidth:
+        Achievable L2 bandwidth, B/s (peak × ``l2_bandwidth_fraction``).
+    copies, input_copies:
+        Weight (and input) copies the harness rotates (:class:`RunContext`).
+    """
+
+    kernel_s: float
+    warm: bool
+    l2_capacity: float
+    l2_bandwidth: float
+    copies: float = 1.0
+    input_copies: bool = False
+
+
+def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> Env:
+    """The :class:`Env` of knobs ``k`` under context ``ctx`` and model constants (``arch``
+    picks per-architecture refinements)."""
+    kernel_s = (consts[arch_name("graph_kernel_s", arch)] if ctx.launch == "graph"
+                else k.overhead_s)
+    return Env(kernel_s=kernel_s, warm=ctx.l2 == "warm",
+               l2_capacity=k.l2_bytes * consts["l2_capacity_fraction"],
+               l2_bandwidth=k.l2_bandwidth * consts["l2_bandwidth_fraction"],
+               copies=ctx.copies, input_copies=ctx.input_copies)
 
 
 def cta_bandwidth_fraction(ctas: Any, k: Knobs, ops: Ops = VECTOR) -> Any:
@@ -31,6 +77,30 @@ def memory_time(bytes_: Any, k: Knobs, ctas: Any = None, ops: Ops = VECTOR) -> A
     """
     frac = 1.0 if ctas is None else cta_bandwidth_fraction(ctas, k, ops)
     t = bytes_ / (k.achievable_bandwidth * frac) + k.family.memory_latency_s
+    return ops.where(bytes_ > 0, t, 0.0 * t)
+
+
+def l2_hit_fraction(footprint: Any, capacity: float, ops: Ops = VECTOR) -> Any:
+    """Share of a warm repeated call's traffic that hits in L2: 1 / (1 + (F/C)^8) for
+    footprint F and usable capacity C — near 1 well inside the cache, near 0 beyond it,
+    with the transition over ±10 % of C that set-associativity and partitioning give a
+    real cache (and a smooth dependence a fit can follow)."""
+    ratio = footprint / max(capacity, 1.0)
+    return 1.0 / (1.0 + ratio ** 8)
+
+
+def stream_time(bytes_: Any, footprint: Any, k: Knobs, env: Env, ctas: Any = None,
+                ops: Ops = VECTOR) -> Any:
+    """:func:`memory_time`, except that for a warm repeated call the share h of the traffic
+    that hits in L2 (:func:`l2_hit_fraction` of its ``footprint``: the bytes it touches,
+    × the harness's copies) streams at the L2 bandwidth:
+    t = bytes·((1 − h)/BW_dram + h/BW_L2)/f_cta + latency."""
+    if not env.warm:
+        return memory_time(bytes_, k, ctas, ops)
+    frac = 1.0 if ctas is None else cta_bandwidth_fraction(ctas, k, ops)
+    h = l2_hit_fraction(footprint, env.l2_capacity, ops)
+    per_byte = (1.0 - h) / k.achievable_bandwidth + h / env.l2_bandwidth
+    t = bytes_ * per_byte / frac + k.family.memory_latency_s
     return ops.where(bytes_ > 0, t, 0.0 * t)
 
 

@@ -52,6 +52,11 @@ class FamilyParams:
         (it computes the whole S_q×S_kv rectangle; see ``timing.attention``).
     fill_waves:
         Non-overlapped tile fill/drain (first load, last store) paid per this many waves.
+    l2_bytes_per_clock:
+        L2 read bandwidth per SM/CU per clock, bytes, when the spec gives no
+        ``memory.l2_bandwidth``: the L2 bandwidth is units × clock × this. NVIDIA states
+        5120 B/clk for the 108-SM A100 (47 per SM, A100 whitepaper); used for later
+        NVIDIA families too (an assumption: no per-SM figure is published for them).
     """
 
     tensor_tiles: tuple[Tile, ...]
@@ -68,6 +73,7 @@ class FamilyParams:
     softmax_vector_ops: float = 5.0
     paged_prefill_efficiency: float = 0.65
     fill_waves: float = 1.0
+    l2_bytes_per_clock: float = 47.4
 
 
 # Tile menus: large tiles reach the full achievable rate, smaller ones lose operand reuse.

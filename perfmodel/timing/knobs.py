@@ -56,10 +56,15 @@ class Knobs:
     """Special-function results per second."""
     units: int
     l2_bytes: float
+    l2_bandwidth: float
+    """Peak L2 read bandwidth, B/s (spec figure, or units × clock × the family's bytes per
+    clock per unit)."""
     smem_per_unit: float
     overlap_p: float
     attention_efficiency: float
     family: FamilyParams
+    arch: str = ""
+    """Architecture family of the device (picks per-architecture constants)."""
     fill_waves: float = 1.0
     """Tile fill/drain paid per this many waves (family default or calibrated)."""
     cta_bandwidth: float = 1.5
@@ -141,8 +146,11 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         achievable_bandwidth=hw.memory.bandwidth * mem_fraction, overhead_s=overhead,
         vector_op_rate=vec_peak * _clock_ratio(hw, "vector") * 0.5,
         sfu_rate=sfu * _clock_ratio(hw, "vector"), units=hw.compute.units,
-        l2_bytes=hw.memory.l2 or 0.0, smem_per_unit=hw.memory.smem_per_unit or 64 * 1024.0,
-        overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam,
+        l2_bytes=hw.memory.l2 or 0.0,
+        l2_bandwidth=hw.memory.l2_bandwidth or (hw.compute.units * hw.compute.boost_clock
+                                                * fam.l2_bytes_per_clock),
+        smem_per_unit=hw.memory.smem_per_unit or 64 * 1024.0,
+        overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam, arch=hw.arch,
         fill_waves=fill_waves, cta_bandwidth=cta_bw, tile_exponent=tile_exp,
         softmax_overlap=soft_ov, fa3_softmax_overlap=fa3_ov, paged_prefill_efficiency=paged,
     )

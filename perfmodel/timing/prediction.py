@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.timing._xp import SCALAR, VECTOR, Ops
+from perfmodel._xp import SCALAR, VECTOR, Ops
 
 __all__ = ["Prediction", "Value", "as_value"]
 
@@ -91,6 +91,10 @@ class Prediction:
     bottleneck_ratio: Value
     stages: tuple[tuple[str, Prediction], ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
+    peak: float = 0.0
+    """The datasheet peak ``compute_util`` is measured against, FLOP/s."""
+    bandwidth: float = 0.0
+    """The datasheet bandwidth ``memory_util`` is measured against, B/s."""
 
     @property
     def latency_us(self) -> Value:
@@ -161,5 +165,6 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
         bytes_min=as_value(bytes_min), arithmetic_intensity=as_value(f / ops.maximum(b, tiny)),
         ridge_point=float(ridge_point), compute_util=as_value(cu), memory_util=as_value(mu),
         bottleneck=_as_label(label), bottleneck_ratio=as_value(ops.maximum(ratio, 1.0)),
-        stages=stages, details=dict(details or {}),
+        stages=stages, details=dict(details or {}), peak=float(peak),
+        bandwidth=float(bandwidth),
     )

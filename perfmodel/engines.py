@@ -1,0 +1,192 @@
+"""Inference engines as data: which kernel each one dispatches for an op on an architecture.
+
+An engine (TensorRT-LLM, vLLM, SGLang) is not a layer of the model but a choice of kernels
+and fusions. This module maps (engine, architecture, op, phase, dtypes) to the kernel
+family an op should name (``impl``) and to what one engine call contains (activation
+quantization before a quantized GEMM; the pre-processing kernel before attention). The
+choices follow the kernels NVIDIA AIConfigurator's collectors recorded for each engine
+(``ks=`` labels in its database; the table in ``perfmodel/data/measurements/aic_README.md``)
+and the engines' documentation; each choice names its source.
+
+Where a measurement row records the kernel the engine dispatched (``kernel`` column),
+:func:`attention_kernel_for_label` / :func:`gemm_kernel_for_label` map that label; for a
+whole-model prediction :func:`attention_kernel` / :func:`gemm_kernel` choose it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel._errors import PerfmodelError
+
+__all__ = [
+    "ENGINES",
+    "AttentionChoice",
+    "GemmChoice",
+    "attention_kernel",
+    "attention_kernel_for_label",
+    "gemm_kernel",
+    "gemm_kernel_for_label",
+    "normalize_engine",
+]
+
+#: Engines with a profile. ``none`` is engine-neutral: the architecture's native kernels,
+#: one kernel per op, no pre-processing counted.
+ENGINES: tuple[str, ...] = ("none", "trtllm", "vllm", "sglang")
+_ALIASES = {"tensorrt-llm": "trtllm", "trt-llm": "trtllm", "tensorrt_llm": "trtllm",
+            "": "none", "neutral": "none"}
+
+
+def normalize_engine(name: str) -> str:
+    """Canonical engine name (``trtllm``, ``vllm``, ``sglang`` or ``none``)."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in ENGINES:
+        raise PerfmodelError("engine", f"unknown engine {name!r}",
+                             f"use one of {', '.join(ENGINES)}")
+    return key
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The attention kernel of one engine call and what else the call runs.
+
+    ``impl``: kernel family (:data:`perfmodel.ops.attention.IMPLS`); ``prologue``: the call
+    writes the new keys/values into the paged KV cache in a kernel of its own (and, for
+    TensorRT-LLM, applies RoPE to Q and K in that same kernel: ``rope``).
+    """
+
+    impl: str
+    kv_write: bool = True
+    rope: bool = False
+    source: str = ""
+    num_splits: int | str = "auto"
+    """Split-KV as the engine calls the kernel: vLLM and SGLang call FlashAttention-2
+    through its varlen entry point, which splits the keys only for GQA decode (``gqa``)."""
+
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """The GEMM kernel family of one engine call and whether the call quantizes its bf16
+    activations first (dynamic or static scales: one kernel)."""
+
+    impl: str
+    quantize_input: bool
+    source: str = ""
+
+
+_AIC = "NVIDIA AIConfigurator collectors (kernel_source per GPU, its README table)"
+#: flash_attn_varlen_func (the entry point vLLM's and SGLang's FA2 backends call) splits the
+#: keys of a decode step only when it swaps the G query heads of a KV group into the rows
+#: (GQA); with one query head per KV head it runs one CTA per (sequence, head).
+_VARLEN_SPLITS = "gqa"
+
+
+# --------------------------------------------------------------------------- attention
+def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0,
+                     kv_dtype: str = "bf16") -> AttentionChoice:
+    """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
+
+    TRT-LLM: fmha_v2 context kernels and XQA decode before Blackwell, trtllm-gen on
+    Blackwell; vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
+    FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
+    SGLang: FlashAttention (SM80 path) on Ampere, FA3 on Hopper (Triton for head dim 512),
+    trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada.
+    """
+    eng = normalize_engine(engine)
+    decode = phase == "decode"
+    if eng == "none":
+        return AttentionChoice("flash", kv_write=False, source="engine-neutral default")
+    blackwell = arch in ("blackwell",)
+    if eng == "trtllm":
+        if blackwell:
+            return AttentionChoice("trtllm-gen", rope=not decode, source=_AIC)
+        return AttentionChoice("xqa" if decode else "fmha-v2", rope=not decode, source=_AIC)
+    if eng == "vllm":
+        if blackwell:
+            return AttentionChoice("trtllm-gen", source=_AIC)
+        if arch == "hopper":
+            return AttentionChoice("flash4" if head_dim >= 512 else "flash3", source=_AIC)
+        if arch == "ada" and kv_dtype == "fp8":
+            return AttentionChoice("flashinfer", source=_AIC)
+        return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
+    # sglang
+    if blackwell:
+        return AttentionChoice("trtllm-gen", source=_AIC)
+    if arch == "hopper":
+        return AttentionChoice("triton" if head_dim >= 512 else "flash3", source=_AIC)
+    if arch == "ada":
+        return AttentionChoice("flashinfer", source=_AIC)
+    return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
+
+
+#: The collectors' kernel labels (``ks=``) -> kernel family. TRT-LLM's own label
+#: (``torch_flow``) depends on the architecture and phase: see :func:`attention_kernel`.
+_ATTN_LABELS = {
+    "flash_attention": "flash2", "vllm_flash_attn": "flash2", "vllm_flash_attn_fa2": "flash2",
+    "fa3": "flash3", "vllm_flash_attn_fa3": "flash3", "vllm_flash_attn_fa4": "flash4",
+    "triton": "triton", "flashinfer": "flashinfer", "vllm_flashinfer_fiprefill": "flashinfer",
+    "vllm_flashinfer_fidecode": "flashinfer", "trtllm_mha": "trtllm-gen",
+    "vllm_flashinfer_trtllmprefill": "trtllm-gen", "vllm_flashinfer_trtllmdecode": "trtllm-gen",
+    "torch_flow_flashinfer": "trtllm-gen",
+}
+
+
+def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
+                               head_dim: float = 128.0,
+                               kv_dtype: str = "bf16") -> AttentionChoice:
+    """The choice for a call whose dispatched kernel was recorded as ``label``; an empty
+    or engine-generic label falls back to :func:`attention_kernel`."""
+    base = attention_kernel(engine, arch, phase, head_dim, kv_dtype)
+    impl = _ATTN_LABELS.get(label.strip().lower())
+    if impl is None:
+        return base
+    splits = base.num_splits if impl == base.impl else (
+        _VARLEN_SPLITS if impl == "flash2" and engine in ("vllm", "sglang") else "auto")
+    return AttentionChoice(impl, kv_write=base.kv_write, rope=base.rope,
+                           source=f"recorded kernel {label!r}", num_splits=splits)
+
+
+# -------------------------------------------------------------------------------- GEMM
+def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
+    """The GEMM kernel family ``engine`` runs on ``arch`` for scheme ``quant``.
+
+    bf16: the vendor library (cuBLAS) in every engine. fp8 per-tensor/per-channel:
+    cuBLASLt in TRT-LLM, CUTLASS scaled-mm in vLLM and SGLang. fp8 block scales: DeepGEMM
+    (vLLM, SGLang; TRT-LLM on Blackwell), CUTLASS in TRT-LLM on Hopper/Ada, Triton in vLLM
+    on Ada. nvfp4 (Blackwell): CuTe-DSL kernels through FlashInfer in vLLM and SGLang,
+    TRT-LLM's CUTLASS kernels. Quantized schemes quantize the bf16 activations in the call.
+    """
+    eng = normalize_engine(engine)
+    if quant == "none":
+        return GemmChoice("auto", False, "vendor library (cuBLAS)")
+    if eng == "none":
+        return GemmChoice("auto", True, "engine-neutral default")
+    if quant in ("per-tensor", "per-channel"):
+        return GemmChoice("cublas" if eng == "trtllm" else "cutlass", True, _AIC)
+    if quant == "block":
+        if eng == "trtllm":
+            return GemmChoice("deepgemm" if arch == "blackwell" else "cutlass", True, _AIC)
+        if arch == "ada":
+            return GemmChoice("triton", True, _AIC)
+        return GemmChoice("deepgemm", True, _AIC)
+    return GemmChoice("cutlass" if eng == "trtllm" else "cutedsl", True, _AIC)
+
+
+_GEMM_LABELS = {
+    "deepgemm": "deepgemm", "sglang_deepgemm_gemm_nt_f8f8bf16": "deepgemm",
+    "deepgemmfp8blockscaledmmkernel": "deepgemm",
+    "cutlassfp8scaledmmlinearkernel": "cutlass", "sglang_sgl_kernel_fp8_scaled_mm": "cutlass",
+    "cutlassfp8blockscaledmmkernel": "cutlass", "flashinferfp8blockscaledmmkernel": "cutlass",
+    "tritonfp8blockscaledmmkernel": "triton",
+    "flashinfercutedslnvfp4linearkernel": "cutedsl", "sglang_flashinfer_cutedsl_nvfp4": "cutedsl",
+}
+
+
+def gemm_kernel_for_label(engine: str, label: str, arch: str, quant: str) -> GemmChoice:
+    """The choice for a GEMM call whose dispatched kernel was recorded as ``label``."""
+    base = gemm_kernel(engine, arch, quant)
+    impl = _GEMM_LABELS.get(label.strip().lower())
+    if impl is None or quant == "none":
+        return base
+    return GemmChoice(impl, base.quantize_input, f"recorded kernel {label!r}")

@@ -1,0 +1,168 @@
+"""Model constants that are not datasheet figures, each with its provenance.
+
+Every constant the timing model uses beyond a spec's own figures is declared here once
+(:data:`PARAMS`): its meaning, unit, bounds and a physically argued default (the *prior*).
+Some are fitted to public measurements by ``scripts/fit_constants.py``, which writes
+``perfmodel/data/fitted_constants.json``: value, dataset, rows used and the command. A
+prediction reads the bundled table (:func:`bundled_constants`) unless it is handed another
+one — ``perfmodel validate --leave-gpu-out`` refits it without one GPU's rows and predicts
+that GPU with the result.
+
+Provenance strings say where a value came from: ``prior: <reason>`` (the default, not fitted),
+``fitted: <dataset> (<script>)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from perfmodel._errors import PerfmodelError
+
+__all__ = ["ARCH_FAMILIES", "PARAMS", "Constants", "Param", "arch_name", "bundled_constants",
+           "fitted_path", "register"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One model constant: default (prior), bounds for a fit, unit and meaning."""
+
+    name: str
+    default: float
+    lo: float
+    hi: float
+    unit: str
+    doc: str
+    scale: Literal["log", "linear"] = "log"
+    parent: str | None = None
+    """A more general constant this one refines (e.g. a per-architecture value of a
+    global one): until it has a value of its own it takes the parent's."""
+
+    def __post_init__(self) -> None:
+        if not (self.lo <= self.default <= self.hi):
+            raise ValueError(f"{self.name}: default {self.default} outside [{self.lo}, "
+                             f"{self.hi}]")
+        if self.scale == "log" and self.lo <= 0:
+            raise ValueError(f"{self.name}: a log-scaled constant needs lo > 0")
+
+
+#: Every declared constant, by name. Filled by :func:`register` at import of the modules
+#: that use them (timing.kernels, timing.engines).
+PARAMS: dict[str, Param] = {}
+
+
+def register(*params: Param) -> None:
+    """Declare constants (a name may be declared once)."""
+    for p in params:
+        if p.name in PARAMS and PARAMS[p.name] != p:
+            raise ValueError(f"constant {p.name!r} declared twice with different values")
+        PARAMS[p.name] = p
+
+
+#: Architecture families with their own value of the per-architecture constants.
+ARCH_FAMILIES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
+
+
+def arch_name(name: str, arch: str) -> str:
+    """The per-architecture refinement of constant ``name`` (falls back to ``name``)."""
+    return f"{name}.{arch}" if arch in ARCH_FAMILIES else name
+
+
+register(
+    Param("graph_kernel_s", 2.0e-6, 0.5e-6, 6e-6, "s",
+          "fixed cost of one kernel replayed from a CUDA graph (block scheduling, prologue, "
+          "tail; launch gaps removed). Prior: the shortest graph-replayed kernels take "
+          "~1.5-2.5 µs."),
+    *(Param(f"graph_kernel_s.{a}", 2.0e-6, 0.5e-6, 6e-6, "s",
+            f"graph_kernel_s on {a} GPUs (kernel start-up differs by architecture).",
+            parent="graph_kernel_s") for a in ARCH_FAMILIES),
+    Param("l2_capacity_fraction", 0.7, 0.3, 1.0, "fraction",
+          "share of the L2 a repeated call's footprint may use and still hit in L2 "
+          "(set-associativity, partitioned L2, other lines). Prior: 0.7."),
+    Param("l2_bandwidth_fraction", 0.7, 0.2, 1.0, "fraction",
+          "achievable fraction of the L2 bandwidth (spec l2_bandwidth, or the family's "
+          "bytes per clock per SM) for streams served from L2. Prior: 0.7, as for DRAM.",
+          "linear"),
+)
+
+
+def fitted_path() -> Path:
+    """The bundled fitted-constant table (JSON), shipped in the package."""
+    return Path(__file__).resolve().parent.parent / "data" / "fitted_constants.json"
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Values of the declared constants: fitted ones from a table (``fitted``), the rest at
+    their defaults (or their parent's value). Immutable; :meth:`with_values` returns a
+    changed copy."""
+
+    fitted: Mapping[str, float] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> float:
+        if name in self.fitted:
+            return self.fitted[name]
+        try:
+            p = PARAMS[name]
+        except KeyError:
+            raise PerfmodelError("constant", f"unknown model constant {name!r}",
+                                 "see perfmodel.timing.constants.PARAMS") from None
+        return self[p.parent] if p.parent is not None else p.default
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.fitted.items())))
+
+    def provenance(self, name: str) -> str:
+        """Where the value of ``name`` comes from."""
+        if name in self.fitted:
+            return self.sources.get(name, "fitted")
+        parent = PARAMS[name].parent
+        if parent is not None:
+            return f"as {parent}: " + self.provenance(parent)
+        return "prior: " + PARAMS[name].doc.split("Prior:")[-1].strip()
+
+    def with_values(self, values: Mapping[str, float], source: str) -> Constants:
+        """A copy with ``values`` set (each must be a declared constant) and labelled
+        ``source``."""
+        for name, v in values.items():
+            if name not in PARAMS:
+                raise PerfmodelError("constant", f"unknown model constant {name!r}",
+                                     "see perfmodel.timing.constants.PARAMS")
+            if not math.isfinite(v):
+                raise PerfmodelError(name, f"not a finite number: {v!r}", "pass a number")
+        return Constants({**self.fitted, **values},
+                         {**self.sources, **dict.fromkeys(values, source)})
+
+    def without(self, names: set[str] | frozenset[str]) -> Constants:
+        """A copy with ``names`` back at their defaults."""
+        return Constants({k: v for k, v in self.fitted.items() if k not in names},
+                         {k: v for k, v in self.sources.items() if k not in names})
+
+
+def _load(path: Path) -> Constants:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Constants()
+    except (OSError, ValueError) as exc:
+        raise PerfmodelError(str(path), f"cannot read the fitted constants ({exc})",
+                             "rerun scripts/fit_constants.py") from None
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    label = f"fitted: {doc.get('dataset', '?')} ({doc.get('script', '?')})"
+    for name, value in doc.get("values", {}).items():
+        values[str(name)] = float(value)
+        sources[str(name)] = label
+    return Constants(values, sources)
+
+
+@functools.cache
+def bundled_constants() -> Constants:
+    """The fitted-constant table shipped with perfmodel (defaults where it has none)."""
+    return _load(fitted_path())

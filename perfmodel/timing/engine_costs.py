@@ -1,0 +1,139 @@
+"""What an inference engine's call costs beyond its main kernels.
+
+An engine's attention or quantized-GEMM call runs small kernels of its own around the
+main ones (metadata and sequence-length bookkeeping, scale buffers, memsets), and an eager
+call from Python cannot finish before the engine's wrapper has dispatched it. No
+datasheet states these; they are model constants (:mod:`perfmodel.timing.constants`)
+with a prior and, where public measurements exist, a value fitted to them.
+
+- ``call.<engine>.<kind>_s``: fixed time of the engine's bookkeeping per call of ``kind``
+  (``gemm-<scheme>``, ``attention-prefill``, ``attention-decode``), s (prior 0), refined per
+  kernel family (``call.<engine>.<kind>.<impl>_s``) and per architecture
+  (``….<impl>_s.<arch>``);
+- ``row.<engine>.<kind>_s``: SM time per row (token) of the engine's own per-row kernels
+  (activation quantization, KV-cache write), refined likewise: rows·this/SMs, s (prior 0);
+- ``host.<engine>.eager_s``: host time of one eager call through the engine's Python
+  wrapper, s (prior 50 µs).
+"""
+
+from __future__ import annotations
+
+from perfmodel.ops.gemm import QUANT_SCHEMES
+from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
+
+__all__ = ["CALL_KINDS", "ENGINE_NAMES", "call_fixed_s", "call_name", "call_row_s",
+           "eager_host_s", "row_name"]
+
+#: Engines with call constants.
+ENGINE_NAMES: tuple[str, ...] = ("trtllm", "vllm", "sglang")
+#: Kinds of engine calls.
+CALL_KINDS: tuple[str, ...] = (*(f"gemm-{q}" for q in QUANT_SCHEMES), "attention-prefill",
+                               "attention-decode")
+
+
+def call_name(engine: str, kind: str) -> str:
+    """Constant name of the fixed bookkeeping time of ``engine`` calls of ``kind``."""
+    return f"call.{engine}.{kind}_s"
+
+
+def row_name(engine: str, kind: str) -> str:
+    """Constant name of the per-row time of ``engine`` calls of ``kind``."""
+    return f"row.{engine}.{kind}_s"
+
+
+register(*(
+    Param(call_name(e, kind), 0.0, 0.0, 40e-6, "s",
+          f"{e}: time of the small kernels its {kind} call runs around the main kernels "
+          "(metadata, scales, memsets). Prior: 0 (main kernels only).", "linear")
+    for e in ENGINE_NAMES for kind in CALL_KINDS
+))
+#: Kernel families an engine call may run (GEMM and attention ``impl`` values).
+_IMPLS = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton", "flash2", "flash3",
+          "flash4", "fmha-v2", "xqa", "trtllm-gen", "flashinfer")
+register(*(
+    Param(call_name(e, f"{kind}.{impl}"), 0.0, 0.0, 40e-6, "s",
+          f"{call_name(e, kind)} when the call runs {impl} kernels (each backend of an "
+          "engine does its own bookkeeping).", "linear", parent=call_name(e, kind))
+    for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS
+))
+register(*(
+    Param(arch_name(call_name(e, f"{kind}.{impl}"), a), 0.0, 0.0, 40e-6, "s",
+          f"{call_name(e, f'{kind}.{impl}')} on {a} GPUs (kernels and their launch costs "
+          "differ by architecture).", "linear", parent=call_name(e, f"{kind}.{impl}"))
+    for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS for a in ARCH_FAMILIES
+))
+register(*(
+    Param(f"host.{e}.eager_s", 50e-6, 1e-6, 1e-3, "s",
+          f"{e}: host time of one eager call through the engine's Python wrapper. Prior: "
+          "50 µs, typical of a Python-level op dispatch with argument checks.")
+    for e in ENGINE_NAMES
+))
+
+
+register(*(
+    Param(row_name(e, kind), 0.0, 0.0, 1e-5, "s",
+          f"{e}: SM time its {kind} call spends per row (token) in its own per-row kernels "
+          "(activation quantization, KV-cache write): rows·this/SMs. Prior: 0.", "linear")
+    for e in ENGINE_NAMES for kind in CALL_KINDS
+))
+register(*(
+    Param(row_name(e, f"{kind}.{impl}"), 0.0, 0.0, 1e-5, "s",
+          f"{row_name(e, kind)} when the call runs {impl} kernels.", "linear",
+          parent=row_name(e, kind))
+    for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS
+))
+register(*(
+    Param(arch_name(row_name(e, f"{kind}.{impl}"), a), 0.0, 0.0, 1e-5, "s",
+          f"{row_name(e, f'{kind}.{impl}')} on {a} GPUs.", "linear",
+          parent=row_name(e, f"{kind}.{impl}"))
+    for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS for a in ARCH_FAMILIES
+))
+
+
+def call_row_s(engine: str, kind: str, consts: Constants, arch: str = "",
+               impl: str = "") -> float:
+    """SM time per row of an ``engine`` call's per-row kernels (most specific value of
+    row.<engine>.<kind>.<impl>.<arch>); 0 without an engine."""
+    if engine not in ENGINE_NAMES or kind not in CALL_KINDS:
+        return 0.0
+    if impl not in _IMPLS:
+        return consts[row_name(engine, kind)]
+    return consts[arch_name(row_name(engine, f"{kind}.{impl}"), arch)]
+
+
+def call_fixed_s(engine: str, kind: str, consts: Constants, arch: str = "",
+                 impl: str = "") -> float:
+    """The fixed bookkeeping time of an ``engine`` call of ``kind`` running ``impl``
+    kernels on architecture ``arch``: the most specific fitted value of
+    call.<engine>.<kind>.<impl>.<arch> → .<impl> → call.<engine>.<kind>; 0 without an
+    engine."""
+    if engine not in ENGINE_NAMES or kind not in CALL_KINDS:
+        return 0.0
+    if impl not in _IMPLS:
+        return consts[call_name(engine, kind)]
+    return consts[arch_name(call_name(engine, f"{kind}.{impl}"), arch)]
+
+
+register(*(
+    Param(f"host.{e}.eager_s.{impl}", 50e-6, 1e-6, 1e-3, "s",
+          f"host.{e}.eager_s for a call of its {impl} kernel wrapper.",
+          parent=f"host.{e}.eager_s")
+    for e in ENGINE_NAMES for impl in _IMPLS
+))
+register(*(
+    Param(arch_name(f"host.{e}.eager_s.{impl}", a), 50e-6, 1e-6, 1e-3, "s",
+          f"host.{e}.eager_s.{impl} on the machine hosting an {a} GPU (the host CPU, not "
+          "the GPU, sets it: a property of the measured machine).",
+          parent=f"host.{e}.eager_s.{impl}")
+    for e in ENGINE_NAMES for impl in _IMPLS for a in ARCH_FAMILIES
+))
+
+
+def eager_host_s(engine: str, consts: Constants, arch: str = "", impl: str = "") -> float:
+    """Host dispatch time of one eager ``engine`` call, s (0 without an engine): the most
+    specific value of host.<engine>.eager_s.<impl>.<arch>."""
+    if engine not in ENGINE_NAMES:
+        return 0.0
+    if impl not in _IMPLS:
+        return consts[f"host.{engine}.eager_s"]
+    return consts[arch_name(f"host.{engine}.eager_s.{impl}", arch)]

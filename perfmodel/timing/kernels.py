@@ -1,0 +1,211 @@
+"""Kernel families: what distinguishes the kernels inference engines dispatch, written once.
+
+A GEMM or attention op names its kernel family (``impl``). Each family's structural traits
+(how it tiles, schedules CTAs, splits KV, handles GQA and fp8) are stated here with their
+source; the few rate figures that no datasheet gives (how close a family gets to the
+device's achievable rate) are model constants (:mod:`perfmodel.timing.constants`) with a
+prior of 1 (the device's own achievable fraction) and, where public measurements exist, a
+fitted value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
+from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
+
+__all__ = ["ATTENTION_FAMILIES", "OVERLAPPED_SOFTMAX", "AttentionFamily", "attention_family",
+           "attn_constant", "attn_name", "gemm_efficiency", "gemm_efficiency_name",
+           "tile_efficiency"]
+
+
+def gemm_efficiency_name(impl: str, quant: str) -> str:
+    """Constant name of the rate of GEMM family ``impl`` with scheme ``quant``."""
+    return f"gemm.{impl}.{quant}.efficiency"
+
+
+register(*(
+    Param(gemm_efficiency_name(impl, quant), 1.0, 0.2, 1.5, "× achievable rate",
+          f"rate of {impl} GEMM kernels with {quant} inputs relative to the device's "
+          "achievable fraction of the dtype's dense peak (efficiency.compute in the spec). "
+          "Prior: 1 (the spec's fraction).", "linear")
+    for impl in GEMM_IMPLS for quant in QUANT_SCHEMES
+))
+
+
+def gemm_efficiency(op: Gemm, consts: Constants) -> float:
+    """Rate multiplier of ``op``'s kernel family and scheme (constant, prior 1)."""
+    return consts[gemm_efficiency_name(op.impl, op.quant)]
+
+
+# ----------------------------------------------------------------------------- attention
+TileRule = tuple[tuple[str, ...], float, float, float]
+"""(architectures (empty: any), largest head dim, query rows, keys) of a tile choice."""
+
+
+@dataclass(frozen=True)
+class AttentionFamily:
+    """Structural traits of a fused-attention kernel family.
+
+    Attributes
+    ----------
+    name:
+        Family name (an ``Attention.impl``).
+    persistent:
+        Warp-specialised kernels whose one CTA per SM saturates it (TMA producer warps,
+        ping-pong MMA warpgroups): the SM count is the number of slots. Otherwise CTAs
+        are resident 1–2 per SM as shared memory allows, and a single CTA reaches only its
+        share of the SM.
+    tiles:
+        Tile choices, first match wins: (architectures, head dim ≤, query rows, keys). The
+        default when none matches is 128×128, halved in rows when shared memory cannot hold
+        Q and two K/V tiles.
+    pack_gqa:
+        When the G query heads sharing a KV head are packed into one tile's rows:
+        ``decode`` (one query token), ``short`` (whenever S_q·G fits one tile), ``never``.
+    split_kv:
+        ``auto``: split the keys over extra CTAs when the tiles do not fill the device (a
+        combine kernel merges the partial results); ``none``.
+    max_splits:
+        Most splits of one (sequence, head) the kernel uses.
+    max_group:
+        Most query heads per KV head the kernel packs; a larger group falls back to one
+        unsplit CTA per query head.
+    fp8_unsplit:
+        Architectures on which the kernel does not split the keys of an fp8 KV cache.
+    source:
+        Where the traits come from.
+    """
+
+    name: str
+    persistent: bool
+    tiles: tuple[TileRule, ...] = ()
+    pack_gqa: str = "decode"
+    split_kv: str = "auto"
+    source: str = ""
+    max_splits: float = 64.0
+    max_group: float = 1e9
+    fp8_unsplit: tuple[str, ...] = ()
+
+    def tile(self, arch: str, head_dim: float) -> tuple[float, float] | None:
+        """(query rows, keys) of the tile for ``arch`` and ``head_dim``; None: the
+        default rule."""
+        for archs, max_d, q, kv in self.tiles:
+            if (not archs or arch in archs) and head_dim <= max_d:
+                return q, kv
+        return None
+
+
+_FA2 = "FlashAttention-2 paper (Dao 2023) and flash-attn source: 128×128 tiles for d ≤ 64, " \
+       "128×64 above, one CTA per (batch, head, query tile); the KV-cache path packs GQA " \
+       "heads for decode"
+_FA3 = "FlashAttention-3 paper (Shah et al. 2024) and source (tile_size_fwd_sm90): " \
+       "warp-specialised TMA producer/consumer warpgroups, ping-pong scheduling, persistent " \
+       "tile scheduler, 192×128 tiles for d ≤ 64, 128×128 to d 128, 128×80 to d 256; " \
+       "pack_gqa for short queries"
+_TRITON = "SGLang triton_ops/extend_attention.py block sizes (BLOCK_M×BLOCK_N): sm100 64×64 " \
+          "(d ≤ 256) / 16×64; sm90 128×64 / 32×64; sm89 64×128 (d ≤ 128) / 64×64 / 32×32; " \
+          "sm80 128×128 / 64×64 / 32×64; one program per (sequence, head, query block)"
+_ANY: tuple[str, ...] = ()
+
+ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
+    AttentionFamily("flash2", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
+                    "auto", _FA2),
+    AttentionFamily("paged", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
+                    "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)"),
+    AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
+                                     (_ANY, 256, 128, 80)), "short", "auto", _FA3),
+    AttentionFamily("flash4", True, (), "short", "auto",
+                    "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for Hopper): "
+                    "persistent, warp-specialised like FA3"),
+    AttentionFamily("fmha-v2", False, (), "never", "none",
+                    "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
+                    "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)"),
+    AttentionFamily("xqa", False, ((_ANY, 1e9, 64, 64),), "decode", "auto",
+                    "TensorRT-LLM XQA decode kernels: the query heads of a KV group share "
+                    "one CTA (cross-query), multi-block mode splits long KV. Observed in "
+                    "AIConfigurator's database (TRT-LLM 1.0-1.3): groups of more than 32 query "
+                    "heads per KV head run the masked-MHA fallback at 20-80 GB/s on every GPU, "
+                    "and on SM89 an fp8 cache with grouped heads is read by one CTA per "
+                    "(sequence, KV head)", max_group=32.0, fp8_unsplit=("ada",)),
+    AttentionFamily("trtllm-gen", True, (), "short", "auto",
+                    "TensorRT-LLM trtllm-gen kernels (Blackwell): persistent, "
+                    "warp-specialised, multi-CTA decode; also reached through FlashInfer"),
+    AttentionFamily("flashinfer", False, ((_ANY, 128, 128, 64), (_ANY, 1e9, 128, 32)),
+                    "decode", "auto",
+                    "FlashInfer FA2-template prefill (CTA tile 128 query rows, KV tile 64, 32 "
+                    "above d 128) and its decode kernel (head-group tiles, split-KV)"),
+    AttentionFamily("triton", False, (
+        (("blackwell",), 256, 64, 64), (("blackwell",), 1e9, 16, 64),
+        (("hopper",), 256, 128, 64), (("hopper",), 1e9, 32, 64),
+        (("ada",), 128, 64, 128), (("ada",), 256, 64, 64), (("ada",), 1e9, 32, 32),
+        (_ANY, 128, 128, 128), (_ANY, 256, 64, 64), (_ANY, 1e9, 32, 64)),
+        "decode", "auto", _TRITON + "; decode_attention.py splits the keys of a sequence "
+        "into at most max_kv_splits = 8 programs", max_splits=8.0),
+)}
+
+
+def tile_efficiency(q_tile: Any, kv_tile: Any) -> Any:
+    """Relative MMA rate of a q×kv tile: operand reuse I = q·kv/(q + kv) per loaded element,
+    rate ∝ (I / I₁₂₈ₓ₁₂₈)^0.6, at most 1 — the exponent that reproduces the relative
+    efficiencies of the Hopper GEMM tile menu (:mod:`perfmodel.timing.family`: 128×64 0.8,
+    64×64 0.55, 64×32 0.4)."""
+    reuse = q_tile * kv_tile / (q_tile + kv_tile)
+    return np.minimum((reuse / 64.0) ** 0.6, 1.0)
+
+
+#: The kernel families whose softmax overlaps the matrix work (FA3-class scheduling).
+OVERLAPPED_SOFTMAX = ("flash3", "flash4", "trtllm-gen")
+
+
+def attention_family(impl: str) -> AttentionFamily:
+    """Traits of kernel family ``impl`` (``flash`` must be resolved first)."""
+    return ATTENTION_FAMILIES[impl]
+
+
+def attn_name(impl: str, what: str) -> str:
+    """Constant name of attention family ``impl``'s ``what`` (efficiency, tile_s, ...)."""
+    return f"attn.{impl}.{what}"
+
+
+_ATTN_CONSTANTS = {
+    "efficiency": (1.0, 0.05, 2.0, "× achievable rate",
+                   "tensor rate of its bf16/fp16 matrix work relative to the device's "
+                   "achievable GEMM rate × the spec's attention efficiency (after the tile "
+                   "shape's own efficiency). Prior: 1."),
+    "fp8_efficiency": (1.0, 0.05, 2.0, "× achievable rate",
+                       "the same for fp8 compute, relative to the fp8 rate. Prior: as the "
+                       "bf16 efficiency."),
+    "tile_s": (1.0e-6, 1e-8, 2e-5, "s",
+               "time one work tile (a query tile of one head) spends that does not overlap "
+               "its matrix and memory work: the dependent first loads, the softmax rescale "
+               "tail, the output store. Prior: ~1 µs, two memory round trips."),
+    "decode_tile_s": (1.0e-6, 1e-8, 2e-5, "s",
+                      "tile_s of its decode kernels (one query token: a work tile is one "
+                      "(sequence, KV head) group or one split of it). Prior: as tile_s."),
+    "dequant_ops": (2.0, 0.1, 50.0, "ops/element",
+                    "vector operations per fp8 K/V element converted to bf16 in the kernel "
+                    "(convert, scale). Prior: 2."),
+    "cta_bandwidth": (1.5, 0.3, 20.0, "× fair share",
+                      "device-memory bandwidth one of its CTAs pulls, as a multiple of the "
+                      "fair share BW/SMs (how many loads it keeps in flight). Prior: 1.5, the "
+                      "family default of the GEMM model."),
+}
+for _f in ATTENTION_FAMILIES.values():
+    for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
+        _parent = {"fp8_efficiency": attn_name(_f.name, "efficiency"),
+                   "decode_tile_s": attn_name(_f.name, "tile_s")}.get(_what)
+        register(Param(attn_name(_f.name, _what), _d, _lo, _hi, _unit,
+                       f"{_f.name}: {_doc}", parent=_parent))
+        register(*(Param(arch_name(attn_name(_f.name, _what), a), _d, _lo, _hi, _unit,
+                         f"{attn_name(_f.name, _what)} on {a} GPUs.",
+                         parent=attn_name(_f.name, _what)) for a in ARCH_FAMILIES))
+
+
+def attn_constant(impl: str, what: str, arch: str, consts: Constants) -> float:
+    """Family ``impl``'s constant ``what`` on ``arch`` (its own value, else the family's)."""
+    return consts[arch_name(attn_name(impl, what), arch)]
