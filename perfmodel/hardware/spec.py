@@ -33,7 +33,7 @@ __all__ = [
 Vendor = Literal["nvidia", "amd", "intel", "google", "cpu"]
 Arch = Literal[
     "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-consumer",
-    "cdna1", "cdna2", "cdna3", "cdna4", "cpu",
+    "cdna1", "cdna2", "cdna3", "cdna4", "xe2", "cpu",
 ]
 ExecUnit = Literal["tensor", "vector"]
 
