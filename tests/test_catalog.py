@@ -1,5 +1,5 @@
 """The bundled hardware catalogue: every spec loads, is cited and self-consistent, and a few
-figures derived by hand from ``shared/reference/hardware-datasheets.md`` come out exactly."""
+figures derived by hand from the datasheets (``hardware_specs/SOURCES.md``) come out exactly."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ GPU_IDS: tuple[str, ...] = (
     "v100-sxm2-32gb", "v100-pcie-32gb", "p100-pcie-16gb", "p4", "t4", "a10", "a10g", "a30", "a40",
     "a100-40gb-pcie", "a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "l4", "l40s",
     "rtx-3090", "rtx-4090", "rtx-5090", "h20", "h100-pcie", "h100-sxm", "h100-nvl", "h200-sxm",
-    "gh200", "b100", "b200", "gb200", "mi100", "mi210", "mi250x", "mi300x", "mi325x", "mi355x",
+    "gh200", "b100", "b200", "gb200", "b300", "gb300", "rtx-pro-6000-server",
+    "mi100", "mi210", "mi250x", "mi300x", "mi325x", "mi355x", "arc-pro-b60",
 )
 EXPECTED_IDS: tuple[str, ...] = (*GPU_IDS, "cpu-local")
 ALL_IDS: list[str] = list_hardware()
@@ -36,6 +37,11 @@ KNOWN_SPARSE: dict[tuple[str, str], float] = {
     ("b200", "bf16"): 4500e12,
     ("b200", "fp8"): 9000e12,
     ("gb200", "fp4"): 20000e12,
+    # Blackwell Ultra: NVIDIA's per-GPU tables print bf16 4.5 / 5, fp8 9 / 10 PFLOPS with sparsity.
+    ("b300", "bf16"): 4500e12,
+    ("b300", "fp8"): 9000e12,
+    ("gb300", "bf16"): 5000e12,
+    ("gb300", "fp8"): 10000e12,
     ("l4", "fp8"): 485e12,
     ("mi300x", "bf16"): 2614.9e12,
     ("mi300x", "fp8"): 5229.8e12,
@@ -51,8 +57,8 @@ def _rel(a: float, b: float) -> bool:
 
 
 def test_expected_ids_are_bundled() -> None:
-    assert len(GPU_IDS) == 33
-    assert len(set(GPU_IDS)) == 33
+    assert len(GPU_IDS) == 37
+    assert len(set(GPU_IDS)) == 37
     missing = sorted(set(EXPECTED_IDS) - set(ALL_IDS))
     assert not missing, f"bundled specs missing: {missing}"
 

@@ -44,6 +44,9 @@ ALIASES: dict[str, str] = {
     "geforce-rtx-3090": "rtx-3090", "3090": "rtx-3090", "geforce-rtx-5090": "rtx-5090",
     "5090": "rtx-5090", "instinct-mi300x": "mi300x", "mi300": "mi300x", "mi250": "mi250x",
     "mi355": "mi355x", "mi325": "mi325x", "gb200-nvl72": "gb200", "b200-sxm": "b200",
+    "gb300-nvl72": "gb300", "b300-sxm": "b300", "b300-sxm6": "b300",
+    "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000-server",
+    "arc-b60": "arc-pro-b60", "intel-arc-pro-b60": "arc-pro-b60",
     "cpu": "cpu-local", "local": "cpu-local",
 }
 

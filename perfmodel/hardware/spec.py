@@ -33,7 +33,7 @@ __all__ = [
 Vendor = Literal["nvidia", "amd", "intel", "google", "cpu"]
 Arch = Literal[
     "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-consumer",
-    "cdna1", "cdna2", "cdna3", "cdna4", "cpu",
+    "cdna1", "cdna2", "cdna3", "cdna4", "xe2", "cpu",
 ]
 ExecUnit = Literal["tensor", "vector"]
 
@@ -113,8 +113,8 @@ class ComputeSpec(_Frozen):
     """Parallel compute units and clocks."""
 
     units: Annotated[int, Field(gt=0)]
-    """SM (NVIDIA), CU (AMD) or core count."""
-    unit_name: Literal["SM", "CU", "core", "MME", "TensorCore"] = "SM"
+    """SM (NVIDIA), CU (AMD), Xe-core (Intel) or core count."""
+    unit_name: Literal["SM", "CU", "Xe-core", "core", "MME", "TensorCore"] = "SM"
     boost_clock: Frequency
     """Maximum boost clock, Hz (vector peaks are quoted at it)."""
     tensor_clock: Frequency | None = None

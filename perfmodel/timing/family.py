@@ -101,6 +101,17 @@ _CDNA4_TILES: tuple[Tile, ...] = (
     (128.0, 64.0, 0.55), (64.0, 64.0, 0.38),
 )
 
+# Xe2 (Battlemage) XMX engines, 8 per Xe-core. No per-tile efficiency has been published for
+# Xe2: the menu takes the CDNA shape (large square work-group tiles first; a matrix unit fed
+# from shared local memory loses most on small tiles) with one smaller 32x64 step. An
+# assumption, not a measurement: a calibration run on the device should refit it.
+_XE2_TILES: tuple[Tile, ...] = (
+    (256.0, 256.0, 1.0), (256.0, 128.0, 0.97), (128.0, 128.0, 0.9),
+    (128.0, 64.0, 0.75), (64.0, 64.0, 0.55), (32.0, 64.0, 0.4),
+)
+# Xe2 vector engines: 8 per Xe-core, SIMD16 FP32 each (128 FP32 lanes per Xe-core, as an SM).
+_XE2_VECTOR_TILES: tuple[Tile, ...] = _SIMT_TILES
+
 _CPU_TILES: tuple[Tile, ...] = (
     (64.0, 64.0, 1.0), (16.0, 64.0, 0.9), (4.0, 64.0, 0.5), (1.0, 64.0, 0.25),
 )
@@ -125,6 +136,15 @@ FAMILIES: dict[str, FamilyParams] = {
                           memory_latency_s=0.8e-6),
     "cdna4": FamilyParams(tensor_tiles=_CDNA4_TILES, vector_tiles=_CDNA4_TILES,
                           memory_latency_s=0.8e-6),
+    # Intel Xe2 (Battlemage: Arc B580, Arc Pro B60). Units are Xe-cores; the matrix unit is
+    # the XMX engine (8 per Xe-core). sfu_per_clock: Intel publishes no extended-math rate for
+    # Xe2; an Xe-core has 128 FP32 lanes like an NVIDIA SM, so the SM's 16 per clock is assumed.
+    # memory_latency_s: GDDR6 behind a last-level cache, no published loaded latency; the
+    # CDNA (GPU behind a memory-side cache) figure is used. flash2: Intel's fused attention
+    # kernels (IPEX / vLLM-XPU SYCL kernels) are FA2-class, without warp-specialised pipelines.
+    # All of these are assumptions, not measurements.
+    "xe2": FamilyParams(tensor_tiles=_XE2_TILES, vector_tiles=_XE2_VECTOR_TILES,
+                        memory_latency_s=0.8e-6, flash_impl="flash2"),
     # CPU BLAS register-blocks a few rows at a time: skinny tiles keep a matrix-vector
     # product from being padded to 64 rows (it is memory-bound at any of these rates).
     "cpu": FamilyParams(tensor_tiles=_CPU_TILES, vector_tiles=_CPU_TILES,
