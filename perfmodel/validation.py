@@ -198,19 +198,20 @@ StreamOp = Elementwise | Norm | Activation | Softmax
 
 def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
     """The perfmodel op of a streaming measurement row: ``copy``/``add`` over m elements;
-    ``rmsnorm``/``layernorm``/``silu_mul``/``gelu``/``softmax`` over m rows of width n."""
+    ``rmsnorm``/``layernorm``/``silu_mul``/``silu``/``gelu``/``softmax`` over m rows of width
+    n."""
     if op == "copy":
         return Elementwise(m, reads=1, writes=1, flops_per_element=0, dtype=dtype, kind="copy")
     if op == "add":
         return Elementwise(m, reads=2, writes=1, flops_per_element=1, dtype=dtype, kind="add")
     if op in ("rmsnorm", "layernorm"):
         return Norm(m, n, kind="rms" if op == "rmsnorm" else "layer", dtype=dtype)
-    if op in ("silu_mul", "gelu"):
+    if op in ("silu_mul", "silu", "gelu"):
         return Activation(m, n, kind=op, dtype=dtype)
     if op == "softmax":
         return Softmax(m, n, dtype=dtype)
     raise PerfmodelError("op", f"unknown streaming op {op!r}",
-                         "use copy, add, rmsnorm, layernorm, silu_mul, gelu or softmax")
+                         "use copy, add, rmsnorm, layernorm, silu_mul, silu, gelu or softmax")
 
 
 def _batch_key(row: Measurement) -> tuple[Any, ...]:
