@@ -68,6 +68,14 @@ TIMING_FLOORS: dict[str, tuple[float, str]] = {
     "nvbench_cold_gpu_time_l2_flushed": (
         11e-6, "nvbench cold GPU time: the rows' own hot times are ~11 µs shorter at small "
                "sizes (L2 refill and the event-timed launch gap)"),
+    "torch_profiler_trace_kernel_sum": (
+        0.0, "an op call's GPU kernels summed from a torch.profiler trace: kernel time only"),
+    "torch_profiler_trace_cpu_op": (
+        0.0, "an op call's span on its host thread in a torch.profiler trace of a CPU run: "
+             "the work plus dispatch, which a CPU spec's fixed cost covers"),
+    "ncu_gpu_time_duration": (
+        0.0, "Nsight Compute gpu__time_duration: kernel time only (ncu's default base clocks "
+             "and cache flush can make it longer than at boost clocks)"),
 }
 
 
