@@ -16,7 +16,7 @@ column is empty, the ``notes`` labels of AIConfigurator's database fill it
 
 Only ``op``, ``dtype``, ``measured_us`` and the op's shape columns are required
 (GEMM: m, n, k [batch]; attention: batch, heads, seq_q, seq_kv, head_dim [kv_heads,
-causal]; copy/add: m = elements; rmsnorm, layernorm, silu_mul, gelu, softmax: m = rows,
+causal]; copy/add: m = elements; rmsnorm, layernorm, silu_mul, silu, gelu, softmax: m = rows,
 n = width); ``spec`` may be replaced by an explicit device. A row that cannot be used is
 never dropped silently: it is returned as skipped with its reason.
 """
@@ -64,7 +64,7 @@ _SHAPE = {
     "gemm": ("m", "n", "k"), "attention": ("heads", "seq_q", "seq_kv", "head_dim"),
     # small streaming ops (calibration writes them): m = elements or rows, n = width
     "copy": ("m",), "add": ("m",), "rmsnorm": ("m", "n"), "layernorm": ("m", "n"),
-    "silu_mul": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
+    "silu_mul": ("m", "n"), "silu": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
 }
 
 

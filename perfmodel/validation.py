@@ -86,6 +86,14 @@ TIMING_FLOORS: dict[str, tuple[float, str]] = {
     "aic_cuda_events_eager_mean_of6": (
         0.0, "AIConfigurator eager calls between CUDA events, no L2 flush: the call takes at "
              "least the engine wrapper's host dispatch time"),
+    "torch_profiler_trace_kernel_sum": (
+        0.0, "an op call's GPU kernels summed from a torch.profiler trace: kernel time only"),
+    "torch_profiler_trace_cpu_op": (
+        0.0, "an op call's span on its host thread in a torch.profiler trace of a CPU run: "
+             "the work plus dispatch, which a CPU spec's fixed cost covers"),
+    "ncu_gpu_time_duration": (
+        0.0, "Nsight Compute gpu__time_duration: kernel time only (ncu's default base clocks "
+             "and cache flush can make it longer than at boost clocks)"),
 }
 
 #: How each timing method launches kernels and leaves the L2 (see
@@ -288,19 +296,20 @@ StreamOp = Elementwise | Norm | Activation | Softmax
 
 def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
     """The perfmodel op of a streaming measurement row: ``copy``/``add`` over m elements;
-    ``rmsnorm``/``layernorm``/``silu_mul``/``gelu``/``softmax`` over m rows of width n."""
+    ``rmsnorm``/``layernorm``/``silu_mul``/``silu``/``gelu``/``softmax`` over m rows of width
+    n."""
     if op == "copy":
         return Elementwise(m, reads=1, writes=1, flops_per_element=0, dtype=dtype, kind="copy")
     if op == "add":
         return Elementwise(m, reads=2, writes=1, flops_per_element=1, dtype=dtype, kind="add")
     if op in ("rmsnorm", "layernorm"):
         return Norm(m, n, kind="rms" if op == "rmsnorm" else "layer", dtype=dtype)
-    if op in ("silu_mul", "gelu"):
+    if op in ("silu_mul", "silu", "gelu"):
         return Activation(m, n, kind=op, dtype=dtype)
     if op == "softmax":
         return Softmax(m, n, dtype=dtype)
     raise PerfmodelError("op", f"unknown streaming op {op!r}",
-                         "use copy, add, rmsnorm, layernorm, silu_mul, gelu or softmax")
+                         "use copy, add, rmsnorm, layernorm, silu_mul, silu, gelu or softmax")
 
 
 def _batch_key(row: Measurement) -> tuple[Any, ...]:

@@ -12,7 +12,11 @@ this package, or any module in it, never imports torch):
 - :mod:`~perfmodel.calibrate.fit`: robust least squares on log latency, residual tables;
 - :mod:`~perfmodel.calibrate.profile`: write the calibrated profile (spec + calibration);
 - :mod:`~perfmodel.calibrate.report`: before/after by family and regime, cross-validated;
-- :mod:`~perfmodel.calibrate.public`: fit-on-few, test-on-rest over public measurements.
+- :mod:`~perfmodel.calibrate.public`: fit-on-few, test-on-rest over public measurements;
+- :mod:`~perfmodel.calibrate.trace`, :mod:`~perfmodel.calibrate.ncu`: read a torch.profiler
+  trace or an Nsight Compute export (:mod:`~perfmodel.calibrate.capture`), mapping operator
+  calls to perfmodel ops (:mod:`~perfmodel.calibrate.opmap`);
+- :mod:`~perfmodel.calibrate.importer`: those captures as measurement rows and explained.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ add           m = elements                 Elementwise(m, reads=2, writes=1, flo
 rmsnorm       m = rows, n = hidden         Norm(m, n, "rms")
 layernorm     m = rows, n = hidden         Norm(m, n, "layer")
 silu_mul      m = rows, n = width          Activation(m, n, "silu_mul")
+silu          m = rows, n = width          Activation(m, n, "silu")
 gelu          m = rows, n = width          Activation(m, n, "gelu")
 softmax       m = rows, n = columns        Softmax(m, n)
 ============  ===========================  ==========================================
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 #: Streaming ops calibration understands, beyond gemm and attention.
-STREAM_OPS: tuple[str, ...] = ("copy", "add", "rmsnorm", "layernorm", "silu_mul", "gelu",
+STREAM_OPS: tuple[str, ...] = ("copy", "add", "rmsnorm", "layernorm", "silu_mul", "silu", "gelu",
                                "softmax")
 _KNOWN_OPS = ("gemm", "attention", *STREAM_OPS)
 _REQUIRED_COLUMNS = ("op", "dtype", "measured_us")

@@ -165,6 +165,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=public_cmd)
 
+    from perfmodel.cli.traces import register_import
+
+    register_import(sub)
+
 
 def _help(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)

@@ -20,7 +20,7 @@ from perfmodel._errors import PerfmodelError, SpecError
 __all__ = ["build_parser", "main"]
 
 #: Modules under perfmodel.cli providing subcommands (missing ones are skipped).
-_COMMANDS = ("specs", "predict", "validate", "model", "sweep", "plan", "calibrate")
+_COMMANDS = ("specs", "predict", "validate", "model", "sweep", "plan", "calibrate", "traces")
 
 _EPILOG = """examples:
   perfmodel specs list

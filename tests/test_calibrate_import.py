@@ -1,0 +1,595 @@
+"""``perfmodel calibrate import`` and ``perfmodel explain-trace``: profiler captures mapped to
+perfmodel ops, written as measurement rows, explained against the model.
+
+Expected shapes are the ones each test creates (a 64x128 by 128x32 matmul is gemm m=64,
+k=128, n=32); expected times are the ones written into the hand-made captures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import perfmodel as pm
+from perfmodel._errors import PerfmodelError
+from perfmodel.calibrate.capture import Capture, Device, arch_of_cc, check_device
+from perfmodel.calibrate.importer import (
+    explain,
+    group_calls,
+    measured_bottleneck,
+    measurement_rows,
+    read_capture,
+)
+from perfmodel.calibrate.ncu import TIMING as NCU_TIMING
+from perfmodel.calibrate.ncu import nvtx_calls, read_ncu
+from perfmodel.calibrate.opmap import MappedOp, dtype_from_kernel, map_op
+from perfmodel.calibrate.trace import TIMING_CPU, TIMING_GPU, read_trace
+from perfmodel.cli.main import main
+from perfmodel.measurements import COLUMNS, read_measurements
+from perfmodel.validation import TIMING_FLOORS
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NCU_FIXTURE = FIXTURES / "ncu_raw_h100.csv"
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------------ a CPU trace, recorded here
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two GEMMs of different shapes, one causal SDPA call and a relu (no perfmodel op),
+    profiled on the CPU with record_shapes=True."""
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional
+
+    a, b = torch.randn(64, 128), torch.randn(128, 32)
+    x, w = torch.randn(2, 16, 96), torch.randn(96, 48)
+    q = torch.randn(1, 4, 32, 16)
+    k, v = torch.randn(1, 4, 40, 16), torch.randn(1, 4, 40, 16)
+    for _ in range(2):  # warm up, so the profiled calls are not first calls
+        torch.mm(a, b)
+        torch.matmul(x, w)
+        functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        torch.mm(a, b)
+        torch.matmul(x, w)
+        functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.relu(a)
+    path = tmp_path_factory.mktemp("trace") / "cpu_trace.json"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_cpu_trace_maps_to_exactly_the_profiled_ops(cpu_trace: Path) -> None:
+    capture = read_trace(cpu_trace)
+    assert capture.device.kind == "cpu"
+    assert capture.timing == TIMING_CPU
+    ops = [u.op for u in capture.units]
+    assert [o.op for o in ops] == ["gemm", "gemm", "attention"]
+    mm, matmul, sdpa = ops
+    assert (mm.m, mm.n, mm.k, mm.batch, mm.dtype) == (64, 32, 128, 1, "fp32")
+    # [2, 16, 96] @ [96, 48]: the two leading dims fold into m = 32
+    assert (matmul.m, matmul.n, matmul.k, matmul.batch) == (32, 48, 96, 1)
+    assert (sdpa.batch, sdpa.heads, sdpa.kv_heads, sdpa.seq_q, sdpa.seq_kv, sdpa.head_dim,
+            sdpa.causal, sdpa.dtype) == (1, 4, 4, 32, 40, 16, True, "fp32")
+    assert [u.source_op for u in capture.units] == [
+        "aten::mm", "aten::matmul", "aten::scaled_dot_product_attention"]
+    assert all(u.measured_s > 0 for u in capture.units)
+
+
+def test_cpu_trace_lists_ops_that_match_nothing(cpu_trace: Path) -> None:
+    capture = read_trace(cpu_trace)
+    relu = [u for u in capture.unmatched if "relu" in u.name or "relu" in u.context]
+    assert relu, [(u.name, u.context) for u in capture.unmatched]
+    assert all(u.reason for u in capture.unmatched)
+
+
+def test_import_writes_rows_in_the_shared_schema(cpu_trace: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.csv"
+    code, stdout, err = _run(["calibrate", "import", str(cpu_trace), "--out", str(out),
+                              "--gpu", "cpu-local"], capsys)
+    assert code == 0, err
+    assert "imported 3 op call(s) as 3 row(s)" in stdout
+    assert "relu" in err  # unmatched work is listed on stderr
+    header = out.read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert header == list(COLUMNS)
+    rows = read_measurements(out, strict=True).rows
+    assert [(r.op, r.m, r.n, r.k) for r in rows[:2]] == [("gemm", 64, 32, 128),
+                                                        ("gemm", 32, 48, 96)]
+    assert (rows[2].op, rows[2].heads, rows[2].seq_q, rows[2].seq_kv, rows[2].head_dim,
+            rows[2].causal) == ("attention", 4, 32, 40, 16, True)
+    assert {r.spec for r in rows} == {"cpu-local"}
+    assert {r.timing for r in rows} == {TIMING_CPU}
+    from perfmodel.calibrate.data import read_rows
+
+    assert len(read_rows(out)[0]) == 3  # calibration's strict reader takes them too
+    assert main(["validate", str(out)]) == 0
+    capsys.readouterr()
+    # an existing --out is never overwritten
+    code, _, err = _run(["calibrate", "import", str(cpu_trace), "--out", str(out)], capsys)
+    assert code == 2
+    assert "--append" in err
+    code, _, err = _run(["calibrate", "import", str(cpu_trace), "--out", str(out), "--append"],
+                        capsys)
+    assert code == 0, err
+    assert len(read_measurements(out).rows) == 6
+
+
+def test_explain_trace_on_the_cpu(cpu_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, err = _run(["explain-trace", str(cpu_trace), "--gpu", "cpu-local", "--json"],
+                             capsys)
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert [o["op"] for o in doc["ops"]] != []
+    hw = pm.load_hardware("cpu-local")
+    for o in doc["ops"]:
+        if o["op"] == "gemm" and o["m"] == 64:
+            p = pm.predict(pm.Gemm(m=64, n=32, k=128, dtype="fp32"), hw)
+            assert o["predicted_s"] == pytest.approx(float(p.latency_s))
+            assert o["ape"] == pytest.approx(abs(o["predicted_s"] - o["measured_s"])
+                                             / o["measured_s"])
+    assert any("relu" in u["name"] or "relu" in u["context"] for u in doc["unmatched"])
+
+
+def test_cpu_trace_with_a_gpu_spec_is_refused(cpu_trace: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["explain-trace", str(cpu_trace), "--gpu", "h100-sxm"], capsys)
+    assert code == 2
+    assert str(cpu_trace) in err
+    assert "recorded on the CPU" in err
+    assert "fix:" in err
+    assert "Traceback" not in err
+    code, _, err = _run(["calibrate", "import", str(cpu_trace), "--gpu", "h100-sxm", "--out",
+                         str(cpu_trace.with_suffix(".csv"))], capsys)
+    assert code == 2
+    assert "--gpu cpu-local" in err
+    assert not cpu_trace.with_suffix(".csv").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "binary", "empty", "no-events",
+                                    "not-a-trace", "no-shapes"])
+def test_damaged_traces_give_clear_errors(cpu_trace: Path, tmp_path: Path, damage: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    text = cpu_trace.read_text(encoding="utf-8")
+    bad = tmp_path / f"{damage}.json"
+    expect = {"truncated": "truncated", "corrupt": "corrupt JSON", "binary": "UTF-8",
+              "empty": "empty", "no-events": "no events", "not-a-trace": "traceEvents",
+              "no-shapes": "record_shapes=True"}[damage]
+    if damage == "truncated":
+        bad.write_text(text[: len(text) // 2], encoding="utf-8")
+    elif damage == "corrupt":
+        bad.write_text(text.replace('"traceEvents"', '"traceEvents" ]', 1), encoding="utf-8")
+    elif damage == "binary":
+        bad.write_bytes(b"{\xff\xfe\x00garbage")
+    elif damage == "empty":
+        bad.write_bytes(b"")
+    elif damage == "no-events":
+        bad.write_text('{"schemaVersion": 1, "traceEvents": []}', encoding="utf-8")
+    elif damage == "not-a-trace":
+        bad.write_text('{"hello": 1}', encoding="utf-8")
+    else:
+        doc = json.loads(text)
+        for e in doc["traceEvents"]:
+            e.get("args", {}).pop("Input Dims", None)
+        bad.write_text(json.dumps(doc), encoding="utf-8")
+    code, _, err = _run(["calibrate", "import", str(bad), "--out", str(tmp_path / "o.csv")],
+                        capsys)
+    assert code == 2
+    assert str(bad) in err, err
+    assert expect in err, err
+    assert "fix:" in err, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "o.csv").exists()
+
+
+# ------------------------------------------------------------------ a GPU trace, written by hand
+def _gpu_trace() -> dict[str, Any]:
+    """A Kineto-style trace written by hand (not recorded on a GPU): cpu_op events on host
+    thread (1, 1), kernels on device 0 stream 7, linked three ways: by External id (the
+    linear's two kernels), by correlation through the launch call (the SDPA kernel), and by
+    a flow event only (the mm kernel). One kernel under aten::relu, one launched outside
+    any operator."""
+    bf16 = "c10::BFloat16"
+
+    def op(name: str, ts: float, dur: float, ext: int, dims: list[list[int]],
+           types: list[str], concrete: list[str] | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {"External id": ext, "Input Dims": dims, "Input type": types}
+        if concrete is not None:
+            args["Concrete Inputs"] = concrete
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": dur, "args": args}
+
+    def launch(ts: float, corr: int, ext: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 1, "ts": ts, "dur": 3, "args": {"correlation": corr, "External id": ext}}
+
+    def kernel(name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": dur, "args": {"device": 0, "stream": 7, **args}}
+
+    qkv = [[2, 8, 128, 64], [2, 2, 128, 64], [2, 2, 128, 64], [], [], [], [], []]
+    events = [
+        op("aten::linear", 0, 50, 1, [[8, 4096], [1024, 4096], [1024]], [bf16] * 3),
+        op("aten::t", 1, 2, 2, [[1024, 4096]], [bf16]),
+        op("aten::addmm", 5, 40, 3, [[1024], [8, 4096], [4096, 1024], [], []], [bf16] * 3),
+        launch(10, 900, 3), launch(20, 902, 3),
+        op("aten::scaled_dot_product_attention", 100, 60, 4, qkv, [bf16] * 3,
+           ["", "", "", "", "0.", "True", "", "True"]),
+        op("aten::_scaled_dot_product_flash_attention", 105, 50, 5, qkv[:3] + [[]] * 4,
+           [bf16] * 3),
+        launch(115, 901, 5),
+        op("aten::mm", 200, 30, 6, [[16, 32], [32, 64]], ["float", "float"]),
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 903, "pid": 1, "tid": 1, "ts": 205},
+        op("aten::relu", 300, 10, 7, [[16, 64]], ["float"]),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 30, 12.5,
+               correlation=900, **{"External id": 3}),
+        kernel("cublasLt::splitKreduce_kernel<bf16>", 43, 2.5, correlation=902,
+               **{"External id": 3}),
+        kernel("void pytorch_flash::flash_fwd_kernel<cutlass::bfloat16_t>", 130, 30,
+               correlation=901),
+        kernel("ampere_sgemm_32x32_sliced1x4_nn", 210, 8),
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 903, "pid": 0, "tid": 7, "ts": 210,
+         "bp": "e"},
+        kernel("void at::native::vectorized_elementwise_kernel<4, clamp_min>", 305, 3,
+               **{"External id": 7}),
+        kernel("orphan_kernel", 400, 1),
+    ]
+    return {"schemaVersion": 1, "traceEvents": events,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9,
+                                  "computeMinor": 0, "numSms": 132}]}
+
+
+@pytest.fixture
+def gpu_trace(tmp_path: Path) -> Path:
+    path = tmp_path / "gpu_trace.json"
+    path.write_text(json.dumps(_gpu_trace()), encoding="utf-8")
+    return path
+
+
+def test_gpu_trace_links_kernels_to_their_ops(gpu_trace: Path) -> None:
+    capture = read_trace(gpu_trace)
+    assert capture.device == Device(kind="gpu", name="NVIDIA H100 80GB HBM3",
+                                    compute_capability=(9, 0),
+                                    evidence=capture.device.evidence)
+    assert capture.timing == TIMING_GPU
+    linear, sdpa, mm = capture.units
+    # the linear's gemm and split-K reduce kernels: 12.5 + 2.5 µs
+    assert (linear.source_op, linear.op.op, linear.op.m, linear.op.n, linear.op.k,
+            linear.op.bias, linear.op.dtype) == ("aten::linear", "gemm", 8, 1024, 4096, True,
+                                                 "bf16")
+    assert linear.measured_s == pytest.approx(15e-6)
+    assert len(linear.kernels) == 2
+    assert (sdpa.op.op, sdpa.op.batch, sdpa.op.heads, sdpa.op.kv_heads, sdpa.op.seq_q,
+            sdpa.op.head_dim, sdpa.op.causal) == ("attention", 2, 8, 2, 128, 64, True)
+    assert "flash2" in sdpa.op.impl  # the backend op says FlashAttention-2
+    assert sdpa.measured_s == pytest.approx(30e-6)
+    assert (mm.op.m, mm.op.n, mm.op.k, mm.op.dtype) == (16, 64, 32, "fp32")
+    assert mm.measured_s == pytest.approx(8e-6)
+    names = {u.name: u for u in capture.unmatched}
+    assert set(names) == {"void at::native::vectorized_elementwise_kernel<4, clamp_min>",
+                          "orphan_kernel"}
+    relu = names["void at::native::vectorized_elementwise_kernel<4, clamp_min>"]
+    assert "aten::relu" in relu.reason
+    assert relu.measured_s == pytest.approx(3e-6)
+    assert "outside any recorded operator" in names["orphan_kernel"].reason
+
+
+def test_gpu_trace_device_is_checked(gpu_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["explain-trace", str(gpu_trace), "--gpu", "a100-80gb-sxm"], capsys)
+    assert code == 2
+    assert str(gpu_trace) in err
+    assert "NVIDIA H100 80GB HBM3" in err
+    assert "--gpu h100-sxm" in err  # the fix names the right spec
+    code, _out, err = _run(["explain-trace", str(gpu_trace), "--gpu", "h100-sxm"], capsys)
+    assert code == 0, err
+    assert "orphan_kernel" in err  # unmatched kernels listed
+    code, _, err = _run(["explain-trace", str(gpu_trace), "--gpu", "a100-80gb-sxm",
+                         "--allow-other-gpu"], capsys)
+    assert code == 0, err
+    code, _, err = _run(["explain-trace", str(gpu_trace), "--gpu", "cpu-local"], capsys)
+    assert code == 2
+    assert "CPU spec" in err
+
+
+def test_gpu_trace_rows_default_to_the_recorded_device(gpu_trace: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "g.csv"
+    code, _, err = _run(["calibrate", "import", str(gpu_trace), "--out", str(out)], capsys)
+    assert code == 0, err
+    rows = read_measurements(out).rows
+    assert {r.spec for r in rows} == {"h100-sxm"}
+    assert {r.gpu for r in rows} == {"NVIDIA H100 80GB HBM3"}
+    assert rows[0].measured_s == pytest.approx(15e-6)
+    assert "bias=y" in rows[0].notes
+
+
+def test_device_check_by_compute_capability() -> None:
+    assert arch_of_cc((9, 0)) == "hopper"
+    assert arch_of_cc((8, 0)) == "ampere"
+    assert arch_of_cc((8, 9)) == "ada"
+    assert arch_of_cc((3, 5)) is None
+    cap = Capture(path="x.json", format="torch-profiler",
+                  device=Device("gpu", "Some Future GPU", (9, 0), "deviceProperties"),
+                  units=(), unmatched=(), timing=TIMING_GPU)
+    with pytest.raises(PerfmodelError, match="hopper"):
+        check_device(cap, pm.load_hardware("a100-80gb-sxm"))
+    notes = check_device(cap, pm.load_hardware("h200-sxm"))
+    assert notes
+    assert "hopper" in notes[0]
+
+
+# ------------------------------------------------------------------ Nsight Compute exports
+def test_ncu_fixture_maps_a_gemm_and_an_attention_kernel() -> None:
+    capture = read_ncu(NCU_FIXTURE)
+    assert capture.device.name == "NVIDIA H100 80GB HBM3"
+    assert capture.device.compute_capability == (9, 0)
+    assert capture.timing == NCU_TIMING
+    gemm, attn = capture.units
+    assert (gemm.op.op, gemm.op.m, gemm.op.n, gemm.op.k, gemm.op.bias, gemm.op.dtype) == (
+        "gemm", 4096, 4096, 4096, False, "bf16")
+    assert gemm.source_op == "aten::linear"
+    assert gemm.measured_s == pytest.approx(196_416e-9)  # "196,416" nsecond
+    assert (gemm.sm_pct, gemm.memory_pct, gemm.dram_pct) == (80.45, 48.92, 21.37)
+    assert (attn.op.op, attn.op.batch, attn.op.heads, attn.op.seq_q, attn.op.seq_kv,
+            attn.op.head_dim, attn.op.causal, attn.op.dtype) == (
+        "attention", 1, 32, 4096, 4096, 128, False, "bf16")
+    assert attn.measured_s == pytest.approx(812_288e-9)
+    assert "flash2" in attn.op.impl
+    (fill,) = capture.unmatched
+    assert "FillFunctor" in fill.name
+    assert "aten::zero_" in fill.reason
+    assert read_ncu(NCU_FIXTURE, causal=True).units[1].op.causal
+
+
+def test_ncu_import_and_explain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "n.csv"
+    code, _, err = _run(["calibrate", "import", str(NCU_FIXTURE), "--out", str(out)], capsys)
+    assert code == 0, err
+    assert "FillFunctor" in err
+    gemm = read_measurements(out).rows[0]
+    assert gemm.spec == "h100-sxm"
+    assert gemm.timing == NCU_TIMING
+    assert float(gemm.extra.get("measured_tflops", "0") or 0) == 0  # a schema column, not extra
+    text = out.read_text(encoding="utf-8")
+    tflops = 2 * 4096**3 / 196.416e-6 / 1e12
+    assert f"{tflops:.5g}" in text
+    code, stdout, err = _run(["explain-trace", str(NCU_FIXTURE), "--gpu", "h100-sxm", "--json"],
+                             capsys)
+    assert code == 0, err
+    doc = json.loads(stdout)
+    by_op = {o["op"]: o for o in doc["ops"]}
+    g = by_op["gemm"]
+    p = pm.predict(pm.Gemm(m=4096, n=4096, k=4096, dtype="bf16"), pm.load_hardware("h100-sxm"))
+    assert g["predicted_s"] == pytest.approx(float(p.latency_s))
+    assert g["predicted_compute_util"] == pytest.approx(float(p.compute_util))
+    assert g["measured_sm_pct"] == pytest.approx(80.45)
+    assert g["measured_dram_pct"] == pytest.approx(21.37)
+    assert g["measured_bottleneck"] == "compute"  # 80.45 % SM over 21.37 % DRAM
+    assert g["ape"] == pytest.approx(abs(float(p.latency_s) - 196.416e-6) / 196.416e-6)
+    (fill,) = doc["unmatched"]
+    assert fill["measured_bottleneck"] == "memory"  # 9.87 % SM, 88.41 % DRAM
+    code, stdout, _ = _run(["explain-trace", str(NCU_FIXTURE), "--gpu", "h100-sxm"], capsys)
+    assert code == 0
+    assert "SM % meas/ours" in stdout
+    assert "80.5 / " in stdout
+    code, _, err = _run(["explain-trace", str(NCU_FIXTURE), "--gpu", "mi300x"], capsys)
+    assert code == 2
+    assert "--gpu h100-sxm" in err
+
+
+def _ncu_lines() -> list[str]:
+    return [line for line in NCU_FIXTURE.read_text(encoding="utf-8").splitlines()
+            if not line.startswith(("#", "=="))]
+
+
+@pytest.mark.parametrize("damage", ["no-rows", "zero-bytes", "truncated-row", "no-header",
+                                    "no-kernels", "no-duration"])
+def test_damaged_ncu_exports_give_clear_errors(tmp_path: Path, damage: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    lines = _ncu_lines()
+    bad = tmp_path / f"{damage}.csv"
+    expect = {"no-rows": "empty export", "zero-bytes": "empty", "truncated-row": "truncated",
+              "no-header": "no Nsight Compute table", "no-kernels": "profiled no kernels",
+              "no-duration": "no kernel duration"}[damage]
+    if damage == "no-rows":
+        bad.write_text("\n".join(lines[:2]) + "\n", encoding="utf-8")
+    elif damage == "zero-bytes":
+        bad.write_bytes(b"")
+    elif damage == "truncated-row":
+        bad.write_text("\n".join(lines)[:-200] + "\n", encoding="utf-8")
+        expect = f"{bad}:"  # names the line
+    elif damage == "no-header":
+        bad.write_text("kernel,time\na,1\n", encoding="utf-8")
+    elif damage == "no-kernels":
+        bad.write_text("==PROF== Disconnected from process 1\n==WARNING== No kernels were "
+                       "profiled.\n", encoding="utf-8")
+    else:
+        bad.write_text("\n".join(lines).replace("gpu__time_duration.sum", "other.metric")
+                       + "\n", encoding="utf-8")
+    code, _, err = _run(["explain-trace", str(bad), "--gpu", "h100-sxm"], capsys)
+    assert code == 2
+    assert str(bad) in err, err
+    assert expect in err, err
+    assert "fix:" in err, err
+    assert "Traceback" not in err
+
+
+def test_ncu_details_page_is_read_too(tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The default --page details export: one line per (kernel, metric)."""
+    head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+            '"Block Size","Grid Size","Device","CC","Section Name","Metric Name",'
+            '"Metric Unit","Metric Value"')
+    ident = '"0","1","python3","h","ampere_bf16_s16816gemm_bf16_128x128_nn","1","7",' \
+            '"(256, 1, 1)","(64, 1, 1)","0","8.0"'
+    sol = '"GPU Speed Of Light Throughput"'
+    lines = [head,
+             f'{ident},{sol},"Duration","usecond","1,250.50"',
+             f'{ident},{sol},"Memory Throughput","Gbyte/s","716.00"',
+             f'{ident},{sol},"Memory Throughput","%","35.10"',
+             f'{ident},{sol},"Compute (SM) Throughput","%","71.20"',
+             f'{ident},{sol},"DRAM Throughput","%","30.00"']
+    path = tmp_path / "details.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    capture = read_capture(path)
+    assert capture.device.compute_capability == (8, 0)
+    assert capture.device.name == ""
+    (u,) = capture.unmatched  # no NVTX ranges: no shapes, but listed with its measurement
+    assert u.measured_s == pytest.approx(1250.5e-6)
+    assert "emit_nvtx" in u.reason
+    assert "gemm" in u.reason
+    with pytest.raises(PerfmodelError, match="ampere"):
+        check_device(capture, pm.load_hardware("h100-sxm"))
+    (note,) = check_device(capture, pm.load_hardware("a100-80gb-sxm"))
+    assert "names no GPU" in note
+    assert "ampere" in note
+    code, _, err = _run(["calibrate", "import", str(path), "--out", str(tmp_path / "o.csv"),
+                         "--gpu", "a100-80gb-sxm"], capsys)
+    assert code == 2
+    assert "no launch maps to a perfmodel op" in err
+    assert "emit_nvtx" in err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_nvtx_range_text() -> None:
+    cell = ('7  "<default domain>:aten::linear, seq = 4, op_id = 9, sizes = [[8, 16], '
+            '[32, 16], []]:none"  "<default domain>:aten::addmm, seq = 4, sizes = '
+            '[[32], [8, 16], [16, 32], [], []]:none"  "<default domain>:my_region:none"')
+    calls = nvtx_calls(cell)
+    assert [c[0] for c in calls] == ["aten::linear", "aten::addmm"]
+    assert calls[0][1] == [[8, 16], [32, 16], []]
+    assert nvtx_calls("") == []
+
+
+# ------------------------------------------------------------------ operator mapping
+def _op(name: str, dims: list[list[int]], types: list[str] | None = None,
+        concrete: list[str] | None = None) -> MappedOp:
+    got = map_op(name, dims, types or ["float"] * max(len(dims), 1), concrete or [])
+    assert isinstance(got, MappedOp), got
+    return got
+
+
+def test_gemm_shapes() -> None:
+    m = _op("aten::matmul", [[3, 5, 8, 16], [5, 16, 4]])  # batch broadcast 3 x 5
+    assert (m.batch, m.m, m.k, m.n) == (15, 8, 16, 4)
+    m = _op("aten::linear", [[2, 7, 16], [24, 16], []])
+    assert (m.m, m.k, m.n, m.bias) == (14, 16, 24, False)
+    m = _op("aten::baddbmm", [[4, 8, 2], [4, 8, 3], [4, 3, 2]])
+    assert (m.batch, m.m, m.k, m.n) == (4, 8, 3, 2)
+    m = _op("aten::addmm", [[2], [8, 3], [3, 2]], ["c10::Half"] * 3)
+    assert (m.m, m.k, m.n, m.bias, m.dtype) == (8, 3, 2, True, "fp16")
+    assert "matrix-vector" in str(map_op("aten::matmul", [[8, 16], [16]], ["float"] * 2))
+    assert "inner dims differ" in str(map_op("aten::mm", [[8, 16], [15, 4]], ["float"] * 2))
+    assert map_op("aten::conv2d", [[1, 3, 8, 8]], ["float"]) is None
+
+
+def test_attention_and_stream_shapes() -> None:
+    # _flash_attention_forward takes [batch, seq, heads, dim]
+    a = _op("aten::_flash_attention_forward",
+            [[2, 100, 16, 64], [2, 300, 4, 64], [2, 300, 4, 64]] + [[]] * 6,
+            ["c10::BFloat16"] * 3, [""] * 8 + ["True"])
+    assert (a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_kv, a.head_dim, a.causal) == (
+        2, 16, 4, 100, 300, 64, True)
+    s = _op("aten::softmax", [[2, 3, 10], [], []], concrete=["", "1", ""])
+    assert (s.op, s.m, s.n) == ("softmax", 20, 3)
+    n = _op("aten::layer_norm", [[4, 6, 8], [], [8], [8], [], []], concrete=["", "[6, 8]"])
+    assert (n.op, n.m, n.n) == ("layernorm", 4, 48)
+    assert _op("aten::silu", [[6, 10]]).op == "silu"
+    assert _op("aten::add", [[6, 10], [6, 10], []]).m == 60
+    assert "scalar" in str(map_op("aten::add", [[6, 10], [], []], ["float"] * 3))
+    assert "broadcast" in str(map_op("aten::add", [[6, 10], [10], []], ["float"] * 3))
+    assert "converting copy" in str(map_op("aten::copy_", [[4], [4], []],
+                                           ["c10::BFloat16", "float", "Scalar"]))
+    assert "not a floating-point dtype" in str(map_op("aten::mm", [[2, 2], [2, 2]],
+                                                      ["long int", "long int"]))
+
+
+def test_dtype_from_kernel_names() -> None:
+    assert dtype_from_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == "bf16"
+    assert dtype_from_kernel("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_tn") == "fp16"
+    assert dtype_from_kernel("flash_fwd_kernel<traits<cutlass::bfloat16_t>>") == "bf16"
+    assert dtype_from_kernel("ampere_sgemm_128x64_nn") == "fp32"
+    assert dtype_from_kernel("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32") == "fp8"
+    assert dtype_from_kernel("triton_poi_fused_0") is None
+
+
+def test_measured_bottleneck_rule() -> None:
+    assert measured_bottleneck(80.0, 40.0, 20.0) == "compute"
+    assert measured_bottleneck(20.0, 90.0, 85.0) == "memory"
+    assert measured_bottleneck(20.0, 90.0, None) == "memory"
+    assert measured_bottleneck(5.0, 9.0, 3.0) == "latency"
+    assert measured_bottleneck(None, 50.0) is None
+
+
+def test_timing_codes_have_floors() -> None:
+    for code in (TIMING_GPU, TIMING_CPU, NCU_TIMING):
+        assert code in TIMING_FLOORS
+        assert TIMING_FLOORS[code][1]
+
+
+def test_groups_take_the_median_over_calls(gpu_trace: Path) -> None:
+    doc = _gpu_trace()
+    # repeat the whole trace 3 times later in time, the linear's kernels slower each time
+    events = list(doc["traceEvents"])
+    for r, extra in ((1, 1.0), (2, 9.0)):
+        for e in doc["traceEvents"]:
+            e2 = {**e, "ts": e["ts"] + 1000 * r}
+            if "args" in e:
+                args = dict(e["args"])
+                for key in ("External id", "correlation"):
+                    if key in args:
+                        args[key] += 100 * r
+                e2["args"] = args
+            if e.get("id") is not None:
+                e2["id"] = e["id"] + 100 * r
+            if e.get("cat") == "kernel" and "xmma" in e["name"]:
+                e2["dur"] = e["dur"] + extra
+            events.append(e2)
+    gpu_trace.write_text(json.dumps({**doc, "traceEvents": events}), encoding="utf-8")
+    capture = read_trace(gpu_trace)
+    groups = group_calls(capture)
+    assert [g.calls for g in groups] == [3, 3, 3]
+    assert groups[0].measured_s == pytest.approx(16e-6)  # median of 15, 16, 24 µs
+    rows = measurement_rows(capture, groups, "h100-sxm")
+    assert rows[0]["measured_us"] == "16"
+    explained = explain(capture, pm.load_hardware("h100-sxm"))
+    assert explained[0].group.op.op == "attention"  # largest total time first (3 x 30 µs)
+
+
+def test_silu_and_gzip_traces_round_trip(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A CPU trace (written by hand) with a plain silu: its row is read back by validate and
+    by calibration's strict reader; the same trace gzip-compressed reads the same."""
+    import gzip
+
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::silu", "pid": 1, "tid": 1, "ts": 0,
+         "dur": 10.0, "args": {"Input Dims": [[32, 64]], "Input type": ["float"]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::silu", "pid": 1, "tid": 1, "ts": 20,
+         "dur": 14.0, "args": {"Input Dims": [[32, 64]], "Input type": ["float"]}}],
+        "deviceProperties": []}
+    path = tmp_path / "silu.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    capture = read_capture(path)
+    assert capture.device.kind == "cpu"
+    (group,) = group_calls(capture)
+    assert (group.op.op, group.op.m, group.op.n, group.calls) == ("silu", 32, 64, 2)
+    assert group.measured_s == pytest.approx(12e-6)  # median of 10 and 14 µs
+    out = tmp_path / "s.csv"
+    code, _, err = _run(["calibrate", "import", str(path), "--out", str(out), "--gpu",
+                         "cpu-local"], capsys)
+    assert code == 0, err
+    from perfmodel.calibrate.data import read_rows
+
+    (row,) = read_rows(out)[0]
+    assert (row.op, row.sizes) == ("silu", (32.0, 64.0))
+    assert main(["validate", str(out)]) == 0
