@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.engines import attention_kernel_for_label, gemm_kernel_for_label
 from perfmodel.hardware.catalog import load_hardware
-from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.hardware.spec import HardwareSpec, spec_fitted_sources
 from perfmodel.measurements import (
     Measurement,
     MeasurementSet,
@@ -35,7 +35,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing import predict
-from perfmodel.timing.constants import Constants
+from perfmodel.timing.constants import Constants, bundled_constants
 from perfmodel.timing.context import L2State, Launch, RunContext
 
 __all__ = [
@@ -46,10 +46,12 @@ __all__ = [
     "GroupResult",
     "Prepared",
     "ValidationReport",
+    "concat",
     "dtype_rule",
     "error_stats",
     "group_key",
     "group_results",
+    "in_sample",
     "kernel_path",
     "prepare",
     "run_context",
@@ -179,6 +181,8 @@ def error_stats(predicted: Array, measured: Array) -> ErrorStats:
     return ErrorStats(int(p.size), float(np.median(ape)), float(np.percentile(ape, 90)),
                       float(np.mean(ape)))
 
+
+_T = TypeVar("_T")
 
 #: Fields that key a validation group (besides the device).
 GROUP_FIELDS: tuple[str, ...] = ("source", "op", "phase", "dtype", "kv_dtype", "quant",
@@ -434,8 +438,6 @@ class Batch:
     index: npt.NDArray[np.intp]
     rule: str
     timing: str
-    mask: npt.NDArray[np.bool_] | None = None
-    """Which of the op's rows belong to the batch (None: all of them)."""
 
     def predict(self, constants: Constants | None = None) -> Array:
         """Predicted time of each row, s (the timing method's conventions applied)."""
@@ -446,8 +448,6 @@ class Batch:
             # two kernels (split-K main + reduce) that is their mean, i.e. latency / 2
             kernels = np.atleast_1d(np.asarray(p.details.get("kernels", 1.0), dtype=np.float64))
             latency = latency / np.maximum(kernels, 1.0)
-        if self.mask is not None:
-            latency = np.broadcast_to(latency, self.mask.shape)[self.mask]
         return np.broadcast_to(latency, self.index.shape)
 
 
@@ -480,26 +480,43 @@ class Prepared:
         return out
 
     def subset(self, keep: npt.NDArray[np.bool_]) -> Prepared:
-        """The rows where ``keep`` is true (batches re-indexed; the ops keep all their rows
-        and are predicted whole, then sliced)."""
+        """The rows where ``keep`` is true (each batch's op and context cut to them)."""
         new_pos = np.cumsum(keep) - 1
         batches = []
         for b in self.batches:
             mask = keep[b.index]
-            if mask.any():
-                full = mask if b.mask is None else _expand(b.mask, mask)
-                batches.append(dataclasses.replace(b, index=new_pos[b.index[mask]], mask=full))
+            if mask.all():
+                batches.append(dataclasses.replace(b, index=new_pos[b.index]))
+            elif mask.any():
+                batches.append(dataclasses.replace(
+                    b, op=_take(b.op, mask), context=_take(b.context, mask),
+                    index=new_pos[b.index[mask]]))
         rows = tuple(r for r, k in zip(self.rows, keep, strict=True) if k)
         specs = tuple(s for s, k in zip(self.spec_ids, keep, strict=True) if k)
         return Prepared(rows, specs, tuple(batches), self.skipped)
 
 
-def _expand(outer: npt.NDArray[np.bool_],
-            inner: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-    """Compose masks: ``inner`` selects among the true entries of ``outer``."""
-    out: npt.NDArray[np.bool_] = outer.copy()
-    out[outer] = inner
-    return out
+def concat(parts: Sequence[Prepared]) -> Prepared:
+    """Several prepared sets as one (rows in order, batches re-indexed)."""
+    rows: list[Measurement] = []
+    specs: list[str] = []
+    batches: list[Batch] = []
+    skipped: list[tuple[int, str]] = []
+    for part in parts:
+        offset = len(rows)
+        rows.extend(part.rows)
+        specs.extend(part.spec_ids)
+        batches.extend(dataclasses.replace(b, index=b.index + offset) for b in part.batches)
+        skipped.extend(part.skipped)
+    return Prepared(tuple(rows), tuple(specs), tuple(batches), tuple(skipped))
+
+
+def _take(obj: _T, mask: npt.NDArray[np.bool_]) -> _T:
+    """A copy of a frozen op or context with every per-row array field cut to ``mask``."""
+    changes = {f.name: getattr(obj, f.name)[mask] for f in dataclasses.fields(obj)  # type: ignore[arg-type]
+               if isinstance(getattr(obj, f.name), np.ndarray)
+               and getattr(obj, f.name).shape == mask.shape}
+    return dataclasses.replace(obj, **changes) if changes else obj  # type: ignore[type-var]
 
 
 def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
@@ -547,6 +564,20 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
         kept_specs.extend([spec_id] * len(group))
         batches.append(batch)
     return Prepared(tuple(kept), tuple(kept_specs), tuple(batches), tuple(sorted(skipped)))
+
+
+def in_sample(group: GroupResult, constants: Constants | None = None) -> bool:
+    """Whether constants the group's predictions use were fitted on rows of its source:
+    the model-constant table's datasets (:attr:`Constants.datasets`) or figures of its
+    device's spec fitted on that source."""
+    consts = constants if constants is not None else bundled_constants()
+    if group.source in consts.datasets:
+        return True
+    try:
+        spec = load_hardware(group.spec)
+    except PerfmodelError:
+        return False
+    return group.source in spec_fitted_sources(spec)
 
 
 def validate(records: MeasurementSet | str | Path | Iterable[Measurement] | Prepared,

@@ -121,7 +121,7 @@ def test_validate_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["validate", "--bundled", "--markdown"], capsys)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("| spec | source | op | dtype | n |")
+    assert lines[0].startswith("| spec | source | op | dtype | variant | fit | n |")
     assert set(lines[1]) <= set("|-:")
     assert any(line.startswith("| **overall** |") for line in lines)
 

@@ -51,6 +51,9 @@ def add_dtype_flags(p: argparse.ArgumentParser) -> None:
                    help="MoE expert weights (default: the checkpoint's, e.g. fp4 for gpt-oss)")
     g.add_argument("--attention-impl", default="flash", metavar="IMPL",
                    help="attention kernel path: flash (default), paged, naive, flash2, flash3")
+    g.add_argument("--engine", default="none", choices=("none", "trtllm", "vllm", "sglang"),
+                   help="inference engine whose kernels, fusions and bookkeeping to model "
+                        "(CUDA-graph replay); none (default): engine-neutral")
 
 
 def add_memory_flags(p: argparse.ArgumentParser) -> None:
@@ -69,7 +72,8 @@ def dtype_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"weight_dtype": args.weight_dtype, "activation_dtype": args.activation_dtype,
             "kv_dtype": args.kv_dtype, "expert_dtype": args.expert_dtype,
             "attention_impl": args.attention_impl, "reserve_fraction": args.reserve_fraction,
-            "reserve_bytes": args.reserve_gib * 2**30}
+            "reserve_bytes": args.reserve_gib * 2**30,
+            "engine": getattr(args, "engine", "none")}
 
 
 def fmt_time(seconds: float) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from perfmodel._errors import PerfmodelError, SpecError
 from perfmodel.cli._explain import compare_lines, explain_lines
+from perfmodel.engines import ENGINES, attention_kernel, gemm_kernel
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops import (
@@ -30,7 +31,7 @@ from perfmodel.ops import (
     Rotary,
     Softmax,
 )
-from perfmodel.timing import Prediction, predict
+from perfmodel.timing import Prediction, RunContext, predict
 
 __all__ = ["register"]
 
@@ -68,9 +69,16 @@ the whole batch (a linear layer's weight); --bias: an epilogue bias vector of le
       --head-dim 128 --causal --dtype fp16 --impl naive          (per-kernel stages)
   perfmodel predict attention --gpu h100-sxm --batch 8 --heads 32 --kv-heads 8 \\
       --seq-q 1 --seq-kv 8192 --head-dim 128 --dtype bf16 --kv-dtype fp8   (decode)
---impl: flash (the fused kernel native to the GPU), flash2, flash3, paged (FA2 paged-KV),
-naive (unfused math path: QK^T, scale/mask, softmax, PV as separate kernels).
+  perfmodel predict attention --gpu h100-sxm --batch 4 --heads 32 --kv-heads 8 \
+      --seq-q 2048 --head-dim 128 --causal --dtype bf16 --kernel fmha-v2 --kv-write --rope
+  perfmodel predict attention --gpu b200 --batch 64 --heads 32 --kv-heads 8 --seq-q 1 \
+      --seq-kv 4096 --head-dim 128 --dtype bf16 --engine trtllm --launch graph
+--impl/--kernel: flash (the fused kernel native to the GPU), flash2, flash3, flash4, paged
+(FA2 paged-KV), fmha-v2 and xqa (TensorRT-LLM before Blackwell), trtllm-gen (Blackwell),
+flashinfer, triton, naive (unfused math path: QK^T, scale/mask, softmax, PV).
 --num-splits: split-KV factor, auto (the library heuristic) or an integer >= 1.
+--engine trtllm|vllm|sglang: the engine's kernel for this GPU, its KV-cache write (and RoPE)
+kernel and bookkeeping; the stages are listed.
 """,
     "norm": """examples:
   perfmodel predict norm --gpu h100-sxm --tokens 8192 --hidden 4096
@@ -153,11 +161,31 @@ def _add_gemm(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dtype", default=None, help="output dtype (default: --dtype)")
     p.add_argument("--shared-b", action="store_true", help="one B shared by the whole batch")
     p.add_argument("--bias", action="store_true", help="read a bias vector of length n")
+    p.add_argument("--quant", default=None,
+                   help="quantization scheme of fp8/fp4 inputs: per-tensor, per-channel, "
+                        "block, nvfp4 (default: none; per-tensor for fp8, nvfp4 for fp4)")
+    p.add_argument("--quantize-input", action="store_true",
+                   help="the call first quantizes A from --out-dtype (one more kernel)")
+    p.add_argument("--impl", "--kernel", dest="impl", default=None,
+                   help="GEMM kernel family: auto, cublas, cutlass, deepgemm, cutedsl, triton "
+                        "(default auto, or the --engine's choice)")
+
+
+_DEFAULT_QUANT = {"fp8": "per-tensor", "fp4": "nvfp4"}
 
 
 def _build_gemm(a: argparse.Namespace) -> Op:
-    return Gemm(m=a.m, n=a.n, k=a.k, batch=a.batch, dtype=a.dtype, out_dtype=a.out_dtype,
-                shared_b=a.shared_b, bias=a.bias)
+    quant = a.quant or _DEFAULT_QUANT.get(str(a.dtype).strip().lower(), "none")
+    impl, quantize = a.impl or "auto", a.quantize_input
+    if a.engine:
+        arch = a.arch_for_engine
+        choice = gemm_kernel(a.engine, arch, quant)
+        impl = a.impl or choice.impl
+        quantize = quantize or choice.quantize_input
+    out = a.out_dtype or ("bf16" if quant != "none" else None)
+    return Gemm(m=a.m, n=a.n, k=a.k, batch=a.batch, dtype=a.dtype, out_dtype=out,
+                shared_b=a.shared_b, bias=a.bias, quant=quant, quantize_input=quantize,
+                impl=impl)
 
 
 def _add_attention(p: argparse.ArgumentParser) -> None:
@@ -174,17 +202,32 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
                    help="causal mask, aligned bottom-right (queries are the last positions)")
     p.add_argument("--dtype", required=True, help="dtype of Q and O (bf16, fp16, fp8)")
     p.add_argument("--kv-dtype", default=None, help="dtype of K and V (default: --dtype)")
-    p.add_argument("--impl", default="flash",
-                   help="kernel path: flash|flash2|flash3|paged|naive (default flash)")
+    p.add_argument("--impl", "--kernel", dest="impl", default=None,
+                   help="kernel family: flash (native), flash2, flash3, flash4, paged, "
+                        "fmha-v2, xqa, trtllm-gen, flashinfer, triton, naive (default flash, "
+                        "or the --engine's choice)")
     p.add_argument("--num-splits", type=_splits, default="auto",
                    help="split-KV factor: auto or an integer >= 1 (default auto)")
+    p.add_argument("--kv-write", action="store_true",
+                   help="the call first writes the new K/V into the paged cache (a kernel)")
+    p.add_argument("--rope", action="store_true",
+                   help="that pre-processing kernel also applies RoPE to Q and K")
 
 
 def _build_attention(a: argparse.Namespace) -> Op:
+    impl, kv_write, rope, splits = a.impl or "flash", a.kv_write, a.rope, a.num_splits
+    if a.engine:
+        phase = "decode" if a.seq_q == 1 else "prefill"
+        choice = attention_kernel(a.engine, a.arch_for_engine, phase, a.head_dim,
+                                  a.kv_dtype or a.dtype)
+        impl = a.impl or choice.impl
+        kv_write, rope = kv_write or choice.kv_write, rope or choice.rope
+        if splits == "auto":
+            splits = choice.num_splits
     return Attention(batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, seq_q=a.seq_q,
                      seq_kv=a.seq_kv, head_dim=a.head_dim, value_dim=a.value_dim,
-                     causal=a.causal, dtype=a.dtype, kv_dtype=a.kv_dtype, impl=a.impl,
-                     num_splits=a.num_splits)
+                     causal=a.causal, dtype=a.dtype, kv_dtype=a.kv_dtype, impl=impl,
+                     num_splits=splits, kv_write=kv_write, rope=rope)
 
 
 def _dtype_flag(p: argparse.ArgumentParser) -> None:
@@ -301,6 +344,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--compare", metavar="ID,ID,...", type=_gpu_list, default=None,
                        help="compare across these GPUs (a table)")
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        if name in ("gemm", "attention"):
+            p.add_argument("--engine", default=None, choices=ENGINES[1:],
+                           help="predict the call as this inference engine makes it: its "
+                                "kernel for the GPU, its pre-processing or activation "
+                                "quantization, its bookkeeping kernels")
+        p.add_argument("--launch", default="stream", choices=("stream", "graph", "eager"),
+                       help="how kernels are launched: stream (timed per kernel, default), "
+                            "graph (CUDA-graph replay), eager (one Python call)")
         cmd.add(p)
         p.set_defaults(func=run, op_name=name)
 
@@ -329,16 +380,22 @@ def _load(gpu: str, flag: str) -> HardwareSpec:
         raise PerfmodelError(flag, exc.problem, exc.fix) from None
 
 
-def _build(args: argparse.Namespace) -> Op:
+def _build(args: argparse.Namespace, hw: HardwareSpec | None = None) -> Op:
+    args.engine = getattr(args, "engine", None)
+    args.arch_for_engine = hw.arch if hw is not None else ""
     try:
         return _OPS[args.op_name].build(args)
     except PerfmodelError as exc:
         raise PerfmodelError(_flag(exc.field, args), exc.problem, exc.fix) from None
 
 
+def _context(args: argparse.Namespace) -> RunContext:
+    return RunContext(launch=args.launch, engine=getattr(args, "engine", None) or "")
+
+
 def _predict(op: Op, hw: HardwareSpec, args: argparse.Namespace) -> Prediction:
     try:
-        return predict(op, hw)
+        return predict(op, hw, context=_context(args))
     except PerfmodelError as exc:
         raise PerfmodelError(_flag(exc.field, args), exc.problem, exc.fix) from None
 
@@ -355,25 +412,28 @@ def run(args: argparse.Namespace) -> int:
     if args.op_name == "allreduce" and args.gpus < 2:
         raise PerfmodelError("--gpus", f"an all-reduce needs at least 2 GPUs, got {args.gpus}",
                              "pass --gpus 2 or more")
-    op = _build(args)
     if args.compare is None:
         hw = _load(gpus[0], "--gpu")
+        op = _build(args, hw)
         p = _predict(op, hw, args)
         if args.json:
             print(json.dumps(p.to_dict(), indent=2))
         else:
             print("\n".join(explain_lines(op, p, hw)))
         return 0
-    return _run_compare(op, gpus, args)
+    return _run_compare(gpus, args)
 
 
-def _run_compare(op: Op, gpus: Sequence[str], args: argparse.Namespace) -> int:
+def _run_compare(gpus: Sequence[str], args: argparse.Namespace) -> int:
     # an unknown id is an error, not a row
     specs = [_load(g, "--gpu" if g == args.gpu else "--compare") for g in gpus]
     results: list[tuple[HardwareSpec, Prediction | None, str]] = []
+    op = _build(args, specs[0])
     for hw in specs:
         try:
-            results.append((hw, _predict(op, hw, args), ""))
+            # with --engine the kernel depends on the GPU's architecture
+            results.append((hw, _predict(_build(args, hw) if args.engine else op, hw, args),
+                            ""))
         except PerfmodelError as exc:
             results.append((hw, None, str(exc)))
     if all(p is None for _, p, _ in results):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,22 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.data import bundled_measurements
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.measurements import Measurement, MeasurementSet, read_measurements
-from perfmodel.validation import ErrorStats, GroupResult, error_stats, validate
+from perfmodel.measurements import MeasurementSet, read_measurements
+from perfmodel.timing.constants import Constants
+from perfmodel.validation import (
+    ErrorStats,
+    GroupResult,
+    Prepared,
+    concat,
+    error_stats,
+    group_results,
+    in_sample,
+    prepare,
+    validate,
+)
 
-__all__ = ["Combined", "register", "run_validation"]
+__all__ = ["Combined", "GpuOutOfSample", "leave_out_lines", "prepare_files", "register",
+           "run_leave_gpu_out", "run_validation", "variant"]
 
 #: Marker in ``notes`` of rows the data README flags as implausible (faster than peak).
 SUSPECT = "SUSPECT"
@@ -39,8 +52,11 @@ _EPILOG = """examples:
   perfmodel validate my_runs.csv --gpu h100-sxm      rows without a spec column
   perfmodel validate --bundled --json                {"overall", "groups", "skipped"}
   perfmodel validate --bundled --markdown            the table as Markdown (for a README)
+  perfmodel validate aic/*.csv --leave-gpu-out       per GPU, refitted without its rows
 
-APE = |predicted - measured| / measured. Each group is keyed by (spec, source, op, dtype);
+APE = |predicted - measured| / measured. Each group is keyed by (spec, source, op, dtype,
+variant: phase, KV dtype, quantization scheme, kernel); FIT says whether constants its
+predictions use were fitted on its source's rows (in) or not (out);
 "bare roofline" is max(FLOPs / peak, minimum bytes / bandwidth) with datasheet numbers.
 The timing floor of a row's `timing` code (e.g. the host gap of an eager call) is added to
 the kernel prediction. Exit status 0 when at least one row was predicted, 2 otherwise.
@@ -66,7 +82,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     out.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    p.add_argument("--verbose", action="store_true", help="list every skipped row")
+    p.add_argument("--verbose", action="store_true",
+                   help="list every skipped row (with --leave-gpu-out: every group)")
+    p.add_argument("--leave-gpu-out", metavar="ID,...", nargs="?", const="", default=None,
+                   help="refit the model constants without each GPU's rows in turn (or "
+                        "the listed GPUs) and report that GPU's error with the refit: "
+                        "the figure for a GPU nobody measured (takes minutes per GPU)")
     p.set_defaults(func=run)
 
 
@@ -80,6 +101,8 @@ class Combined:
     overall_baseline: ErrorStats
     groups: tuple[GroupResult, ...]
     skipped: tuple[tuple[str, int, str], ...]
+    in_sample: tuple[bool, ...] = ()
+    """Per group: a constant its predictions use was fitted on its source's rows."""
 
     @property
     def mean_group_median(self) -> float:
@@ -97,9 +120,13 @@ class Combined:
                         "mean_group_median_ape": self.mean_group_median,
                         "baseline": {**self.overall_baseline.to_dict(),
                                      "mean_group_median_ape": self.mean_group_median_baseline}},
-            "groups": [g.to_dict() for g in self.groups],
+            "groups": [{**g.to_dict(), "in_sample": bool(ins)}
+                       for g, ins in zip(self.groups, self._flags(), strict=True)],
             "skipped": [{"file": f, "row": r, "reason": why} for f, r, why in self.skipped],
         }
+
+    def _flags(self) -> tuple[bool, ...]:
+        return self.in_sample or (False,) * len(self.groups)
 
 
 def _drop_suspect(ms: MeasurementSet) -> tuple[MeasurementSet, list[tuple[int, str]]]:
@@ -108,15 +135,11 @@ def _drop_suspect(ms: MeasurementSet) -> tuple[MeasurementSet, list[tuple[int, s
     return replace(ms, rows=kept), dropped
 
 
-def run_validation(paths: Sequence[str | Path], hw: HardwareSpec | None = None,
-                   include_suspect: bool = False) -> Combined:
-    """Validate each file and merge the results (groups with one key across files are
-    pooled; their statistics are recomputed over all their rows)."""
-    rows: list[Measurement] = []
-    pred: list[np.ndarray[Any, Any]] = []
-    base: list[np.ndarray[Any, Any]] = []
-    keys: list[tuple[str, str, str, str]] = []
-    infos: dict[tuple[str, str, str, str], list[GroupResult]] = defaultdict(list)
+def prepare_files(paths: Sequence[str | Path], hw: HardwareSpec | None = None,
+                  include_suspect: bool = False
+                  ) -> tuple[Prepared, list[tuple[str, int, str]]]:
+    """Read and prepare every file as one set; the skipped rows with their file."""
+    parts: list[Prepared] = []
     skipped: list[tuple[str, int, str]] = []
     for path in paths:
         name = str(path)
@@ -128,34 +151,73 @@ def run_validation(paths: Sequence[str | Path], hw: HardwareSpec | None = None,
         if not ms.rows:
             skipped.extend((name, r, why) for r, why in ms.skipped)
             continue
-        report = validate(ms, hw, include_suspect=include_suspect)
-        skipped.extend((name, r, why) for r, why in report.skipped)
-        rows.extend(report.rows)
-        pred.append(np.asarray(report.predicted_s, dtype=np.float64))
-        base.append(np.asarray(report.baseline_s, dtype=np.float64))
-        keys.extend((hw.id if hw else r.spec, r.source, r.op, r.dtype) for r in report.rows)
-        for g in report.groups:
-            infos[(g.spec, g.source, g.op, g.dtype)].append(g)
-    predicted = np.concatenate(pred) if pred else np.zeros(0)
-    baseline = np.concatenate(base) if base else np.zeros(0)
-    measured = np.asarray([r.measured_s for r in rows], dtype=np.float64)
-    index: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
-    for i, key in enumerate(keys):
-        index[key].append(i)
-    groups: list[GroupResult] = []
-    for key in sorted(infos):
-        parts = infos[key]
-        if len(parts) == 1:
-            groups.append(parts[0])
-            continue
-        idx = np.asarray(index[key])
-        paths_union = tuple(sorted({p for g in parts for p in g.paths}))
-        groups.append(replace(parts[0], ours=error_stats(predicted[idx], measured[idx]),
-                              baseline=error_stats(baseline[idx], measured[idx]),
-                              paths=paths_union))
-    return Combined(overall=error_stats(predicted, measured),
-                    overall_baseline=error_stats(baseline, measured),
-                    groups=tuple(groups), skipped=tuple(skipped))
+        prep = prepare(ms, hw, include_suspect=include_suspect)
+        skipped.extend((name, r, why) for r, why in prep.skipped)
+        parts.append(replace(prep, skipped=()))
+    return concat(parts), skipped
+
+
+def run_validation(paths: Sequence[str | Path], hw: HardwareSpec | None = None,
+                   include_suspect: bool = False,
+                   constants: Constants | None = None) -> Combined:
+    """Validate the files together: one group per (spec, source, op, phase, dtype, kv
+    dtype, scheme, kernel) over all files, each marked in-sample when a constant its
+    predictions use was fitted on its source."""
+    prep, skipped = prepare_files(paths, hw, include_suspect)
+    report = validate(prep, constants=constants)
+    return Combined(overall=report.overall, overall_baseline=report.overall_baseline,
+                    groups=report.groups, skipped=tuple(skipped),
+                    in_sample=tuple(in_sample(g, constants) for g in report.groups))
+
+
+@dataclass(frozen=True)
+class GpuOutOfSample:
+    """Leave-one-GPU-out result for one device: errors with the bundled constants (fitted
+    on every GPU, its own included) and with constants refitted without its rows."""
+
+    spec: str
+    bundled: ErrorStats
+    left_out: ErrorStats
+    groups: tuple[tuple[GroupResult, GroupResult], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec, "in_sample": self.bundled.to_dict(),
+                "out_of_sample": self.left_out.to_dict(),
+                "groups": [{**o.to_dict(), "in_sample_median_ape": i.ours.median_ape,
+                            "in_sample_p90_ape": i.ours.p90_ape} for i, o in self.groups]}
+
+
+def run_leave_gpu_out(paths: Sequence[str | Path], devices: Sequence[str] | None = None,
+                      include_suspect: bool = False,
+                      progress: Callable[[str], None] | None = None
+                      ) -> list[GpuOutOfSample]:
+    """For each device of the rows (or ``devices``): refit the model constants from their
+    priors on every other device's rows (:func:`perfmodel.calibrate.constants.fit_public`)
+    and predict its rows with the result, beside the bundled constants' predictions."""
+    from perfmodel.calibrate.constants import leave_one_out
+
+    prep, _ = prepare_files(paths, None, include_suspect)
+    bundled = validate(prep)
+    out = []
+    specs = np.asarray(prep.spec_ids)
+    chosen = list(devices) if devices else sorted(set(prep.spec_ids))
+    unknown = sorted(set(chosen) - set(prep.spec_ids))
+    if unknown:
+        raise PerfmodelError("--leave-gpu-out", f"no rows of {', '.join(unknown)} in the files",
+                             f"pick among {', '.join(sorted(set(prep.spec_ids)))}")
+    for dev, (_, pred) in leave_one_out(prep, chosen, progress).items():
+        held = specs == dev
+        sub = prep.subset(held)
+        rep = validate(sub, constants=None)  # bundled constants, this device's rows
+        measured = sub.measured_s
+        paths_of: dict[tuple[str, ...], set[str]] = defaultdict(set)
+        for g in rep.groups:
+            paths_of[g.key] = set(g.paths)
+        logo = group_results(sub.rows, sub.spec_ids, pred, rep.baseline_s, paths_of)
+        pairs = tuple(zip(rep.groups, logo, strict=True))
+        out.append(GpuOutOfSample(dev, error_stats(bundled.predicted_s[held], measured),
+                                  error_stats(pred, measured), pairs))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,6 +229,21 @@ def run(args: argparse.Namespace) -> int:
         raise PerfmodelError("CSV", "no measurement file given",
                              "pass CSV files, or --bundled for the subset shipped with perfmodel")
     hw = load_hardware(args.gpu) if args.gpu else None
+    if args.leave_gpu_out is not None:
+        if hw is not None:
+            raise PerfmodelError("--leave-gpu-out", "cannot be combined with --gpu",
+                                 "drop --gpu: each row is predicted on its own spec")
+        results = run_leave_gpu_out(
+            paths, [d for d in args.leave_gpu_out.split(",") if d.strip()],
+            args.include_suspect,
+            progress=None if args.json else lambda msg: print(msg, file=sys.stderr))
+        if args.json:
+            print(json.dumps({"leave_gpu_out": [r.to_dict() for r in results]}, indent=2,
+                             allow_nan=False, default=_json_default))
+        else:
+            print("\n".join(leave_out_lines(results, markdown=args.markdown,
+                                            verbose=args.verbose)))
+        return 0
     result = run_validation(paths, hw, include_suspect=args.include_suspect)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False, default=_json_default))
@@ -188,9 +265,24 @@ def _json_default(value: object) -> object:
 
 
 # ------------------------------------------------------------------------------ text out
-_HEADER = ["SPEC", "SOURCE", "OP", "DTYPE", "N", "OURS MED", "P90", "MAPE", "ROOF MED", "P90",
-           "MAPE", "FLOOR µs", "KERNEL PATH"]
-_RIGHT = (4, 5, 6, 7, 8, 9, 10, 11)
+_HEADER = ["SPEC", "SOURCE", "OP", "DTYPE", "VARIANT", "FIT", "N", "OURS MED", "P90", "MAPE",
+           "ROOF MED", "P90", "MAPE", "FLOOR µs", "KERNEL PATH"]
+_RIGHT = (6, 7, 8, 9, 10, 11, 12, 13)
+
+
+def variant(g: GroupResult) -> str:
+    """What besides (spec, source, op, dtype) keys the group: phase, KV dtype, scheme,
+    kernel."""
+    parts = []
+    if g.op == "attention" and g.phase:
+        parts.append(g.phase)
+    if g.kv_dtype and g.kv_dtype != g.dtype:
+        parts.append(f"kv={g.kv_dtype}")
+    if g.quant and g.quant != "none":
+        parts.append(g.quant)
+    if g.kernel:
+        parts.append(g.kernel)
+    return " ".join(parts)
 
 
 def _pct(x: float) -> str:
@@ -206,12 +298,14 @@ def _path_text(g: GroupResult) -> str:
 
 
 def _rows(result: Combined) -> list[list[str]]:
-    rows = [[g.spec, g.source, g.op, g.dtype, str(g.ours.n), *_stats_cells(g.ours),
-             *_stats_cells(g.baseline), f"{g.floor_s * 1e6:g}", _path_text(g)]
-            for g in result.groups]
-    rows.append(["overall", "", "", "", str(result.overall.n), *_stats_cells(result.overall),
-                 *_stats_cells(result.overall_baseline), "", ""])
-    rows.append(["mean of group medians", "", "", "", str(len(result.groups)),
+    rows = [[g.spec, g.source, g.op, g.dtype, variant(g), "in" if ins else "out",
+             str(g.ours.n), *_stats_cells(g.ours), *_stats_cells(g.baseline),
+             f"{g.floor_s * 1e6:g}", _path_text(g)]
+            for g, ins in zip(result.groups, result._flags(), strict=True)]
+    rows.append(["overall", "", "", "", "", "", str(result.overall.n),
+                 *_stats_cells(result.overall), *_stats_cells(result.overall_baseline), "",
+                 ""])
+    rows.append(["mean of group medians", "", "", "", "", "", str(len(result.groups)),
                  _pct(result.mean_group_median), "", "",
                  _pct(result.mean_group_median_baseline), "", "", "", ""])
     return rows
@@ -261,8 +355,9 @@ def markdown_lines(result: Combined) -> list[str]:
     def md(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
-    header = ["spec", "source", "op", "dtype", "n", "ours median", "ours p90", "ours MAPE",
-              "roofline median", "roofline p90", "roofline MAPE", "floor µs", "kernel path"]
+    header = ["spec", "source", "op", "dtype", "variant", "fit", "n", "ours median",
+              "ours p90", "ours MAPE", "roofline median", "roofline p90", "roofline MAPE",
+              "floor µs", "kernel path"]
     align = ["---" if i not in _RIGHT else "---:" for i in range(len(header))]
     rows = _rows(result)
     rows[-2][0] = "**overall**"
@@ -273,3 +368,30 @@ def markdown_lines(result: Combined) -> list[str]:
         out += ["", f"Skipped rows: {len(result.skipped)}", ""]
         out.extend(f"- {count} × {why}" for why, count in summary)
     return out
+
+
+def leave_out_lines(results: Sequence[GpuOutOfSample], markdown: bool = False,
+                    verbose: bool = False) -> list[str]:
+    """Per GPU: error with the bundled constants (in-sample) and refitted without it."""
+    head = ["GPU", "N", "IN-SAMPLE MED", "P90", "LEFT OUT MED", "P90"]
+    rows = [[r.spec, str(r.left_out.n), _pct(r.bundled.median_ape), _pct(r.bundled.p90_ape),
+             _pct(r.left_out.median_ape), _pct(r.left_out.p90_ape)] for r in results]
+    if verbose:
+        head = [*head, "GROUP"]
+        rows = [[*row, ""] for row in rows]
+        for r in results:
+            for i, o in r.groups:
+                rows.append(["", str(o.ours.n), _pct(i.ours.median_ape), _pct(i.ours.p90_ape),
+                             _pct(o.ours.median_ape), _pct(o.ours.p90_ape), o.label])
+    if markdown:
+        def md(cells: list[str]) -> str:
+            return "| " + " | ".join(cells) + " |"
+        align = ["---"] + ["---:"] * 5 + (["---"] if verbose else [])
+        return [md([h.lower() for h in head]), "|" + "|".join(align) + "|",
+                *(md(r) for r in rows)]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["Leave one GPU out: the model constants refitted without the GPU's rows "
+            "(APE, fractions of the measured time)", "",
+            *("  ".join(c.ljust(w) if i in (0, 6) else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+              for r in [head, *rows])]

@@ -349,3 +349,10 @@ class HardwareSpec(_Frozen):
     def price_per_hour(self) -> float | None:
         """Assumed price per hour (USD) or None."""
         return self.pricing.usd_per_hour if self.pricing else None
+
+
+def spec_fitted_sources(spec: HardwareSpec) -> frozenset[str]:
+    """The measurement sources (``source`` column values) any of ``spec``'s figures were
+    fitted on (none until the spec's provenance says otherwise)."""
+    del spec
+    return frozenset()

@@ -26,11 +26,12 @@ from typing import Any
 import numpy as np
 
 from perfmodel.dtypes import bytes_per_element
+from perfmodel.engines import attention_kernel, gemm_kernel, normalize_engine
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
-from perfmodel.ops import Attention, Gemm, Op
+from perfmodel.ops import Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
-from perfmodel.timing import predict
+from perfmodel.timing import RunContext, predict
 from perfmodel.timing.prediction import Prediction, make_prediction
 
 __all__ = ["FIELDS", "GraphTiming", "evaluate_graphs"]
@@ -121,13 +122,66 @@ def _flat(x: Any, shape: tuple[int, ...], size: int) -> Array:
     return np.broadcast_to(a, shape).reshape(-1)
 
 
+def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, str | None]:
+    """``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`): its attention
+    kernel with the KV-cache write (and, for TensorRT-LLM, RoPE) in a pre-processing
+    kernel, quantized GEMMs with their scheme, kernel and activation quantization; a
+    separate RoPE kernel the engine fuses away gets count 0. Returns the op and a note."""
+    args = g.args
+    if g.kind is Attention and str(args.get("impl", "flash")) == "flash":
+        decode = bool(np.all(np.asarray(args["seq_q"]) == 1))
+        head_dim = float(np.max(np.asarray(args["head_dim"])))
+        kvd = str(args.get("kv_dtype") or args["dtype"])
+        choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
+                                  head_dim, kvd)
+        new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
+               "num_splits": choice.num_splits}
+        return dataclasses.replace(g, args=new), (
+            f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "
+            f"({choice.source})")
+    if g.kind is Gemm:
+        w = str(args["dtype"])
+        quant = {"fp8": "per-channel" if engine == "sglang" else "per-tensor",
+                 "fp4": "nvfp4"}.get(w)
+        if quant is not None and w in hw.peaks and (w != "fp4" or hw.arch == "blackwell"):
+            gemm = gemm_kernel(engine, hw.arch, quant)
+            new = {**args, "quant": quant, "impl": gemm.impl,
+                   "quantize_input": gemm.quantize_input,
+                   "out_dtype": args.get("out_dtype") or "bf16"}
+            return dataclasses.replace(g, args=new), (
+                f"{engine}: {w} GEMMs run {gemm.impl} with {quant} scales, activations "
+                "quantized in the call")
+    if g.kind is Rotary and engine == "trtllm":
+        return dataclasses.replace(g, count=0.0 * np.asarray(g.count)), (
+            "trtllm: RoPE runs inside the attention pre-processing kernel")
+    return g, None
+
+
 def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
-                    hw: HardwareSpec) -> tuple[list[GraphTiming], list[str]]:
+                    hw: HardwareSpec, engine: str = "none"
+                    ) -> tuple[list[GraphTiming], list[str]]:
     """Predict every op of every ``(graph, points shape)`` on ``hw``, one predict call
     per op group across all graphs. Returns one :class:`GraphTiming` per graph and the
-    notes on dtype fallbacks taken."""
+    notes on dtype fallbacks taken.
+
+    With an ``engine`` (``trtllm``, ``vllm``, ``sglang``) the ops are those the engine runs
+    (:func:`_with_engine`), predicted as CUDA-graph replays with the engine's bookkeeping;
+    ``none`` is engine-neutral (the architecture's native kernels, one kernel per op)."""
+    engine = normalize_engine(engine)
+    context = RunContext(launch="graph", engine=engine) if engine != "none" else None
     notes: list[str] = []
     members: dict[tuple[Any, ...], list[tuple[int, int, dict[str, Any], Any]]] = {}
+    if engine != "none":
+        engined = []
+        for graph, shape in graphs:
+            ops = []
+            for g in graph:
+                new, note = _with_engine(g, hw, engine)
+                if note and note not in notes:
+                    notes.append(note)
+                ops.append(new)
+            engined.append((ops, shape))
+        graphs = engined
     for gi, (graph, _) in enumerate(graphs):
         for oi, g in enumerate(graph):
             args, ratio, note = _substitute(g, hw)
@@ -151,7 +205,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
                 for (gi, _, args, _), size in zip(group, sizes, strict=True)])
         op: Op = cls(**dict(static), **flat)
         with np.errstate(divide="ignore", invalid="ignore"):  # free ops (1-GPU all-reduce)
-            p = predict(op, hw)
+            p = predict(op, hw, context=context)
         if any(r is not None for _, _, _, r in group):
             ratio = np.concatenate([_flat(1.0 if r is None else r, graphs[gi][1], size)
                                     for (gi, _, _, r), size in zip(group, sizes, strict=True)])

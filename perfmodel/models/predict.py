@@ -199,7 +199,8 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   activation_dtype: str | None = None, kv_dtype: str | None = None,
                   expert_dtype: str | None = None, attention_impl: str = "flash",
                   decode_points: int = 5, reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
-                  reserve_bytes: float = DEFAULT_RESERVE_BYTES) -> ModelPrediction:
+                  reserve_bytes: float = DEFAULT_RESERVE_BYTES,
+                  engine: str = "none") -> ModelPrediction:
     """Predict a transformer's prefill, decode step, or whole generation on ``hw``.
 
     Parameters
@@ -221,6 +222,10 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         Context points for the TPOT average (``generate``).
     reserve_fraction, reserve_bytes:
         Memory held back: fraction of capacity plus bytes.
+    engine:
+        ``none`` (engine-neutral: each op one kernel of the architecture's native kind) or
+        ``trtllm``/``vllm``/``sglang``: the kernels, fusions and bookkeeping that engine runs
+        on the GPU, replayed from CUDA graphs (:mod:`perfmodel.engines`).
     """
     cfg = load_model(config)
     spec = load_hardware(hw)
@@ -246,7 +251,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         ctx = need(context_len, "context_len")
         shape = np.broadcast_shapes(b.shape, ctx.shape, t.shape)
         timings, notes = evaluate_graphs(
-            [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec)
+            [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec, engine)
         decode_res = aggregate(timings[0], "decode")
         step = np.asarray(decode_res.latency_s)
         p_len, g_len = np.full(shape, nan), np.full(shape, nan)
@@ -276,7 +281,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
             weights = w / np.sum(w, axis=-1, keepdims=True)
             graphs.append((decode_graph(cfg, b[..., None], ctx_pts, t[..., None], dt,
                                         attention_impl), (*shape, decode_points)))
-        timings, notes = evaluate_graphs(graphs, spec)
+        timings, notes = evaluate_graphs(graphs, spec, engine)
         prefill_res = aggregate(timings[0], "prefill")
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
         lat, e2e, tps, tpot = ttft, ttft, b * p / ttft, np.full(shape, nan)

@@ -82,8 +82,8 @@ def auto_splits(base_ctas: Array, seq_kv: Array, units: int, max_splits: int = 6
 def _tiles(fam: AttentionFamily, arch: str, d: Array, dv: Array, s: float,
            smem: float) -> tuple[Array, Array]:
     """(query rows, keys) per tile for each head dim: the family's rule for the
-    architecture, else 128×128 with the rows halved when shared memory cannot hold Q and
-    two K/V tiles."""
+    architecture (an architecture-agnostic rule halves its rows where shared memory cannot
+    hold Q and two K/V tiles), else 128×128 halved likewise."""
     dims = np.asarray(d, dtype=np.float64)
     q = np.full(dims.shape, 128.0)
     kv = np.full(dims.shape, 128.0)
@@ -94,8 +94,9 @@ def _tiles(fam: AttentionFamily, arch: str, d: Array, dv: Array, s: float,
             q_v = 128.0 if (128.0 * val + 2.0 * kv_v * (val + val)) * s <= smem else 64.0
         else:
             q_v, kv_v = rule
-            if (q_v * val + 2.0 * kv_v * (val + val)) * s > smem:
-                q_v = q_v / 2.0  # the tile does not fit this device's shared memory
+            if not fam.arch_tiles and (q_v * val + 2.0 * kv_v * (val + val)) * s > smem:
+                # an architecture-agnostic rule: the kernel's smaller-SRAM variant
+                q_v = q_v / 2.0
         sel = dims == val
         q = np.where(sel, q_v, q)
         kv = np.where(sel, kv_v, kv)

@@ -104,6 +104,9 @@ class Constants:
 
     fitted: Mapping[str, float] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    datasets: frozenset[str] = frozenset()
+    """The measurement sources (``source`` column values) the fitted values were fitted
+    on: predictions of those rows are in-sample."""
 
     def __getitem__(self, name: str) -> float:
         if name in self.fitted:
@@ -142,7 +145,8 @@ class Constants:
     def without(self, names: set[str] | frozenset[str]) -> Constants:
         """A copy with ``names`` back at their defaults."""
         return Constants({k: v for k, v in self.fitted.items() if k not in names},
-                         {k: v for k, v in self.sources.items() if k not in names})
+                         {k: v for k, v in self.sources.items() if k not in names},
+                         self.datasets)
 
 
 def _load(path: Path) -> Constants:
@@ -159,7 +163,7 @@ def _load(path: Path) -> Constants:
     for name, value in doc.get("values", {}).items():
         values[str(name)] = float(value)
         sources[str(name)] = label
-    return Constants(values, sources)
+    return Constants(values, sources, frozenset(str(s) for s in doc.get("sources", ())))
 
 
 @functools.cache

@@ -91,6 +91,11 @@ class AttentionFamily:
     max_group: float = 1e9
     fp8_unsplit: tuple[str, ...] = ()
 
+    @property
+    def arch_tiles(self) -> bool:
+        """Whether the tile rules name architectures (sized for each one already)."""
+        return any(archs for archs, _, _, _ in self.tiles)
+
     def tile(self, arch: str, head_dim: float) -> tuple[float, float] | None:
         """(query rows, keys) of the tile for ``arch`` and ``head_dim``; None: the
         default rule."""
