@@ -64,6 +64,10 @@ MAX_CSV_BYTES = 2**30
 #: fold, so their cost grows as n³; a key with more points is thinned by a stated rule
 #: (:func:`perfmodel.calibrate.fit.thin_points`). A suite run gives a few hundred per key.
 MAX_TABLE_POINTS = 600
+#: Rows of one residual table read from a spec's calibration block: 2,000 (calibrate fit
+#: writes at most MAX_TABLE_POINTS + 1). Predictions compare every shape with every row, in
+#: chunks of 4,096 shapes: 2,000 rows keep that under 300 MB for 4-D shapes.
+MAX_RESIDUAL_ROWS = 2_000
 #: Rows one calibration fit uses: 5,000 (a suite run writes a few hundred; the public
 #: evaluation fits at most 300 per group); more are thinned with a stated rule
 #: (:func:`perfmodel.calibrate.data.thin_rows`).

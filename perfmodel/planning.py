@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
-from perfmodel._limits import MAX_TOKENS, check_count
+from perfmodel._limits import MAX_TOKENS, MAX_TP, check_count
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
@@ -274,9 +274,8 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
                            strict=bool(options.pop("strict", False)))
     if window:
         cfg = cfg.model_copy(update={"max_position_embeddings": None})
-    if any(int(t) != t or t < 1 for t in tp_options):
-        raise PerfmodelError("tp_options", "TP degrees must be whole numbers ≥ 1",
-                             "e.g. 1,2,4,8")
+    for t in tp_options:
+        check_count(t, "tp_options", MAX_TP, what="perfmodel._limits.MAX_TP")
     prices = dict(prices or {})
     out = []
     for gpu in gpus:

@@ -444,6 +444,9 @@ SPEC_CASES: list[tuple[str, str | bytes, str]] = [
     ("extends a non-YAML file beside it", "extends: ./notes.txt\n", "spec folder"),
     ("calibration residual table of junk", _spec("calibration: {date: x, device: x, points: "
                                                  "-1}\n"), "calibration.points"),
+    ("calibration residual table of 3,000 rows",
+     _spec("calibration: {date: x, device: x, points: 1, residuals: {'gemm/bf16#gp': ["
+           + ", ".join(["[1, 2, 3, 4, 0.1]"] * 3000) + "]}}\n"), "MAX_RESIDUAL_ROWS"),
 ]
 
 
@@ -767,6 +770,10 @@ API_ERRORS: list[tuple[str, Callable[[], Any], str]] = [
     ("Workload prompt 1.5", lambda: pm.planning.Workload(1, 1.5, 8, 1, 1), "prompt_len"),  # type: ignore[arg-type]
     ("Workload rps nan", lambda: pm.planning.Workload(float("nan"), 8, 8, 1, 1),
      "requests_per_s"),
+    ("plan tp_options nan", lambda: pm.planning.plan(
+        LLAMA_CFG, [H100], pm.planning.Workload(1, 8, 8, 1, 1),
+        tp_options=[float("nan")]),  # type: ignore[list-item]
+     "tp_options"),
     ("read_measurements missing", lambda: pm.read_measurements("none.csv"), "none.csv"),
     ("read_measurements a folder", lambda: pm.read_measurements("."), "."),
 ]

@@ -22,7 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from perfmodel._errors import PerfmodelError, PerfmodelWarning, SpecError
-from perfmodel._limits import MAX_SPEC_BYTES, clip_message
+from perfmodel._limits import MAX_RESIDUAL_ROWS, MAX_SPEC_BYTES, clip_message
 from perfmodel.hardware._yaml import YamlLimitError, load_bounded
 from perfmodel.hardware.spec import HardwareSpec
 
@@ -385,9 +385,17 @@ def _known_fields(loc: tuple[Any, ...]) -> list[str]:
 def spec_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> HardwareSpec:
     """Validate a mapping (already merged) as a :class:`HardwareSpec`."""
     try:
-        return HardwareSpec.model_validate(dict(data))
+        spec = HardwareSpec.model_validate(dict(data))
     except ValidationError as exc:
         raise SpecError(source, format_validation_error(exc)) from None
+    tables = spec.calibration.residuals if spec.calibration else {}
+    big = [f"calibration.residuals.{clip_message(key, 60)}: {len(rows):,} rows, more than "
+           f"{MAX_RESIDUAL_ROWS:,} (perfmodel._limits.MAX_RESIDUAL_ROWS); refit with "
+           "'perfmodel calibrate fit', which writes at most 601"
+           for key, rows in tables.items() if len(rows) > MAX_RESIDUAL_ROWS]
+    if big:
+        raise SpecError(source, big)
+    return spec
 
 
 def load_hardware_file(path: str | Path) -> HardwareSpec:
