@@ -315,16 +315,21 @@ _SHOW_INPUT = ("int_", "float_", "string_", "bool_", "dict_", "list_", "literal_
 def format_validation_error(exc: ValidationError) -> list[str]:
     """Turn a pydantic error into lines ``field.path: problem (fix)``."""
     lines: list[str] = []
+    listed: set[tuple[Any, ...]] = set()  # blocks whose allowed fields were already listed
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         kind = err["type"]
         msg = err["msg"].removeprefix("Value error, ")
         if kind == "extra_forbidden":
             field = str(err["loc"][-1])
-            msg = f"unknown field '{field}'"
+            msg = f"unknown field '{clip_message(field, 60)}'"
             known = _known_fields(err["loc"][:-1])
             close = difflib.get_close_matches(field, known, n=1)
-            msg += f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
+            if close:
+                msg += f"; did you mean '{close[0]}'?"
+            elif tuple(err["loc"][:-1]) not in listed:
+                listed.add(tuple(err["loc"][:-1]))
+                msg += f"; allowed: {', '.join(known)}"
         elif kind == "missing":
             msg = "required field is missing"
         elif kind in ("greater_than", "greater_than_equal"):
