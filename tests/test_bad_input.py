@@ -29,7 +29,7 @@ import perfmodel as pm
 from perfmodel._errors import PerfmodelWarning
 from perfmodel.cli.main import main
 from perfmodel.hardware.catalog import bundled_path
-from perfmodel.measurements import COLUMNS
+from perfmodel.measurements import BASE_COLUMNS
 
 ALARM_S = 20
 
@@ -50,7 +50,8 @@ def _deadline(seconds: int = ALARM_S) -> Iterator[None]:
 
 # ------------------------------------------------------------------------------ files
 H100_YAML = bundled_path("h100-sxm").read_text(encoding="utf-8")
-HEADER = ",".join(COLUMNS)
+#: The schema without its optional engine columns.
+HEADER = ",".join(BASE_COLUMNS)
 GEMM_ROW = "h100-sxm,test,H100,gemm,torch.matmul,bf16,1,{m},{n},{k},,,,,,,,,{t},,,"
 
 
@@ -297,6 +298,24 @@ def _path_cases() -> list[Case]:
         _c("--gpu a missing YAML", "predict gemm --gpu nope.yaml --m 8 --n 8 --k 8 "
            "--dtype bf16", 2, "file not found"),
         _c("validate a folder", "validate plots", 2, "is a folder", plots__keep=""),
+        _c("calibrate import --out the trace", "calibrate import t.json --out t.json "
+           "--append", 2, "is the input file", t__json='{"traceEvents": []}'),
+        _c("calibrate import --out DIR", "calibrate import t.json --out plots", 2,
+           "is a folder", t__json='{"traceEvents": []}', plots__keep=""),
+        _c("calibrate import: not a trace", "calibrate import t.json --out o.csv", 2,
+           "traceEvents", t__json="{}"),
+        _c("calibrate import: JSON nested 100,000 deep", "calibrate import t.json --out o.csv",
+           2, "too large", t__json="[" * 100_000 + "]" * 100_000),
+        _c("calibrate import: binary", "calibrate import t.json --out o.csv", 2, "t.json",
+           t__json=b"\xff\xfe\x00"),
+        _c("calibrate import: missing", "calibrate import none.json --out o.csv", 2,
+           "file not found"),
+        _c("explain-trace: not a trace", "explain-trace t.json --gpu h100-sxm", 2,
+           "traceEvents", t__json='{"traceEvents": 5}'),
+        _c("explain-trace: events of junk", "explain-trace t.json --gpu h100-sxm", 2, "t.json",
+           t__json='{"traceEvents": [{"ph": "X", "name": "gemm", "dur": "x", "cat": 7}]}'),
+        _c("explain-trace: not an Nsight table", "explain-trace n.csv --gpu h100-sxm", 2,
+           "Nsight", n__csv="a,b\n1,2\n"),
     ]
 
 

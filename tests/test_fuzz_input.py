@@ -92,6 +92,10 @@ COMMANDS: dict[str, tuple[list[str], list[str]]] = {
                       ["x.csv"]),
     "calibrate report": (["--gpu", "--folds", "--residual", "--prior", "--plot", "--json"],
                          ["x.csv"]),
+    "calibrate import": (["--out", "--gpu", "--append", "--dtype", "--causal", "--json",
+                          "--allow-other-gpu"], ["x.json", "x.csv"]),
+    "explain-trace": (["--gpu", "--dtype", "--causal", "--json", "--allow-other-gpu"],
+                      ["x.json", "x.csv"]),
 }
 
 
