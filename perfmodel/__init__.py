@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "PerfmodelError": "perfmodel._errors",
+    "PerfmodelWarning": "perfmodel._errors",
     "SpecError": "perfmodel._errors",
     "parse_quantity": "perfmodel._units",
     "format_quantity": "perfmodel._units",
@@ -77,6 +78,7 @@ def __dir__() -> list[str]:
 # module of a name in _EXPORTS lands (tests/test_import.py checks that they agree).
 if TYPE_CHECKING:  # pragma: no cover
     from perfmodel._errors import PerfmodelError as PerfmodelError
+    from perfmodel._errors import PerfmodelWarning as PerfmodelWarning
     from perfmodel._errors import SpecError as SpecError
     from perfmodel._units import format_quantity as format_quantity
     from perfmodel._units import parse_quantity as parse_quantity

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PerfmodelError", "SpecError", "UnitError"]
+__all__ = ["PerfmodelError", "PerfmodelWarning", "SpecError", "UnitError"]
 
 
 class PerfmodelError(ValueError):
@@ -35,3 +35,20 @@ class SpecError(PerfmodelError):
         first = errors[0] if errors else "invalid spec"
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         super().__init__(source, first + more)
+
+
+class PerfmodelWarning(UserWarning):
+    """Input perfmodel accepts but doubts (a prompt past the model's context window, a peak
+    it cannot cross-check): issued with :func:`warnings.warn`, so a caller can make it an
+    error with ``warnings.simplefilter("error", PerfmodelWarning)`` (the CLI's ``--strict``).
+    ``field``, ``problem`` and ``fix`` as in :class:`PerfmodelError`.
+    """
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        text = f"{field}: {problem}" if field else problem
+        if fix:
+            text += f" ({fix})"
+        super().__init__(text)

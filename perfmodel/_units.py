@@ -18,8 +18,9 @@ from decimal import Decimal
 from typing import Literal
 
 from perfmodel._errors import UnitError
+from perfmodel._limits import clip_message
 
-__all__ = ["KINDS", "Kind", "format_quantity", "parse_quantity"]
+__all__ = ["KINDS", "Kind", "format_capacity", "format_quantity", "parse_quantity"]
 
 Kind = Literal["flops", "bandwidth", "bytes", "frequency", "power", "time", "ratio"]
 KINDS: tuple[Kind, ...] = ("flops", "bandwidth", "bytes", "frequency", "power", "time", "ratio")
@@ -114,13 +115,17 @@ def parse_quantity(value: object, kind: Kind, field: str = "value") -> float:
         If the string is malformed, the unit belongs to another kind, the unit is
         ambiguous ("KB"), or the result is not finite.
     """
+    if kind not in _EXAMPLES:
+        raise UnitError("kind", f"unknown kind of quantity {kind!r}",
+                        f"use one of {', '.join(KINDS)}")
     fix = f"write {_EXAMPLES[kind]}"
+    shown = clip_message(repr(value), 80)
     if isinstance(value, bool):
-        raise UnitError(field, f"{value!r} is a boolean, not a quantity", fix)
+        raise UnitError(field, f"{shown} is a boolean, not a quantity", fix)
     if isinstance(value, (int, float)):
         number = float(value)
         if not math.isfinite(number):
-            raise UnitError(field, f"{value!r} is not a finite number", fix)
+            raise UnitError(field, f"{shown} is not a finite number", fix)
         return number
     if not isinstance(value, str):
         raise UnitError(
@@ -129,31 +134,31 @@ def parse_quantity(value: object, kind: Kind, field: str = "value") -> float:
         )
     match = _QUANTITY_RE.match(value)
     if match is None:
-        raise UnitError(field, f"cannot read {value!r} as a quantity", fix)
+        raise UnitError(field, f"cannot read {shown} as a quantity", fix)
     digits, unit = match.group(1), match.group(2)
     table = _TABLES[kind]
     if unit in table or unit == "":
         number = float(_EXACT.multiply(Decimal(digits), table.get(unit, _ONE)))
         if not math.isfinite(number):
-            raise UnitError(field, f"{value!r} is too large to be a finite number", fix)
+            raise UnitError(field, f"{shown} is too large to be a finite number", fix)
         return number
     if unit in _AMBIGUOUS_K:
         raise UnitError(
-            field, f"{value!r}: 'K' is ambiguous (1000 or 1024)",
+            field, f"{shown}: 'K' is ambiguous (1000 or 1024)",
             "write 'kB' for 1000 bytes or 'KiB' for 1024 bytes",
         )
     if kind == "flops" and re.fullmatch(r"[kMGTPE]?(FL)?OPS/s", unit):
         raise UnitError(
-            field, f"{value!r}: {unit!r} says 'per second' twice (FLOPS already means FLOP/s)",
+            field, f"{shown}: {unit!r} says 'per second' twice (FLOPS already means FLOP/s)",
             fix,
         )
     other = _kind_of_unit(unit)
     if other is not None:
         raise UnitError(
-            field, f"{value!r} is a {other} quantity, but a {kind} quantity is expected",
+            field, f"{shown} is a {other} quantity, but a {kind} quantity is expected",
             fix,
         )
-    raise UnitError(field, f"unknown unit {unit!r} in {value!r}", fix)
+    raise UnitError(field, f"unknown unit {unit!r} in {shown}", fix)
 
 
 _DISPLAY: dict[Kind, tuple[str, tuple[tuple[float, str], ...]]] = {
@@ -176,6 +181,9 @@ def format_quantity(value: float, kind: Kind, digits: int = 4, prefix: str | Non
     peaks reads alike (``prefix="T"``: ``"1978.9 TFLOP/s"``, not ``"1.9789 PFLOP/s"``).
     :func:`parse_quantity` reads every result back.
     """
+    if kind not in _DISPLAY:
+        raise UnitError("kind", f"unknown kind of quantity {kind!r}",
+                        f"use one of {', '.join(KINDS)}")
     base, scales = _DISPLAY[kind]
     if kind == "ratio":
         return f"{value * 100:.{digits}g} %"
@@ -191,3 +199,33 @@ def format_quantity(value: float, kind: Kind, digits: int = 4, prefix: str | Non
             return f"{value / scale:.{digits}g} {prefix}{base}"
     scale, prefix = scales[-1]
     return f"{value / scale:.{digits}g} {prefix}{base}"
+
+
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def format_capacity(value: float, memory_type: str = "") -> str:
+    """A memory capacity the way vendors print it, with the exact size beside it:
+    ``format_capacity(80 * 2**30, "HBM3")`` -> ``"80 GB HBM3 (85.9 × 10⁹ B)"``.
+
+    Memory vendors' "GB" is 2³⁰ bytes (an "80 GB" H100 holds 80 GiB = 85.9 × 10⁹ bytes),
+    so a whole number of GiB prints as that many "GB" (TiB as "TB"); anything else prints
+    in binary units. The bracket gives the byte count in powers of ten, which is what
+    decimal-GB figures elsewhere (weights, KV cache) compare against.
+    """
+    v = float(value)
+    if not math.isfinite(v) or v <= 0:
+        return format_quantity(v, "bytes")
+    label = f" {memory_type}" if memory_type else ""
+    vendor = ""
+    for scale, unit in ((2.0**40, "TB"), (2.0**30, "GB"), (2.0**20, "MB")):
+        if v >= scale and v % scale == 0:
+            vendor = f"{v / scale:g} {unit}"
+            break
+    if not vendor:
+        vendor = format_quantity(v, "bytes", digits=4)
+    exponent = int(math.floor(math.log10(v) / 3) * 3) if v >= 1000 else 0
+    mantissa = v / 10.0**exponent
+    if not exponent:
+        return f"{vendor}{label}"
+    return f"{vendor}{label} ({mantissa:.1f} × 10{str(exponent).translate(_SUPERSCRIPT)} B)"

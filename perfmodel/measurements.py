@@ -29,8 +29,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_CSV_BYTES, clip_message
 
 __all__ = [
     "BASE_COLUMNS", "COLUMNS", "ENGINE_COLUMNS", "QUANT_SCHEMES", "Measurement",
@@ -232,15 +234,26 @@ def csv_records(source: str | Path | Iterable[str],
     name = str(source) if isinstance(source, (str, Path)) else "<lines>"
     if isinstance(source, (str, Path)):
         p = Path(source)
+        if p.is_dir():
+            raise PerfmodelError(name, "is a folder", "pass the path of a measurement CSV")
         if not p.is_file():
             raise PerfmodelError(name, "file not found", "pass the path of a measurement CSV")
+        if p.stat().st_size > MAX_CSV_BYTES:
+            raise PerfmodelError(name, f"{p.stat().st_size:,} bytes is above the cap of "
+                                 f"{MAX_CSV_BYTES:,} (perfmodel._limits.MAX_CSV_BYTES)",
+                                 "split the file")
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PerfmodelError(name, f"cannot read as UTF-8 text ({exc.__class__.__name__})",
-                                 "pass a measurement CSV (corrupt or binary file?)") from None
+            # utf-8-sig: a byte-order mark, as Excel writes "CSV UTF-8", is not a column name
+            text = p.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise PerfmodelError(name, f"not UTF-8 text (byte {exc.start} cannot be decoded)",
+                                 "save the CSV as UTF-8 (corrupt or binary file?)") from None
+        except OSError as exc:
+            raise PerfmodelError(name, f"cannot read ({exc.strerror or exc})",
+                                 "pass a readable measurement CSV") from None
     else:
         text = "".join(line if line.endswith("\n") else line + "\n" for line in source)
+        text = text.removeprefix("\ufeff")
     if "\x00" in text:
         raise PerfmodelError(name, "contains NUL bytes: a corrupt or binary file",
                              "pass a measurement CSV in the shared schema")
@@ -248,7 +261,10 @@ def csv_records(source: str | Path | Iterable[str],
         raise PerfmodelError(name, "the file is empty",
                              f"a measurement CSV needs a header with {', '.join(required)}")
     reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    try:
+        header = [h.strip() for h in (reader.fieldnames or [])]
+    except csv.Error as exc:
+        raise _csv_error(name, 1, exc) from None
     missing = [c for c in required if c not in header]
     if missing:
         raise PerfmodelError(
@@ -259,14 +275,34 @@ def csv_records(source: str | Path | Iterable[str],
         )
     reader.fieldnames = header
     records: list[Record] = []
-    for i, raw in enumerate(reader, start=2):
-        if None in raw:
-            records.append((i, None, "more fields than the header (corrupt line)"))
-        elif any(v is None for v in raw.values()):
-            records.append((i, None, "fewer fields than the header (truncated line)"))
-        else:
-            records.append((i, raw, ""))
+    try:
+        for i, raw in enumerate(reader, start=2):
+            _record(records, i, raw)
+    except csv.Error as exc:
+        raise _csv_error(name, reader.line_num, exc) from None
     return name, records
+
+
+def _csv_error(name: str, line: int, exc: csv.Error) -> PerfmodelError:
+    """A clean error for what the csv module refuses (a field over its 128 KiB limit, a
+    NUL byte, a quote left open), naming the file and line."""
+    text = str(exc)
+    if "field larger than field limit" in text:
+        problem = (f"line {line}: a field longer than {csv.field_size_limit():,} characters "
+                   "(a quote left open, or not a measurement CSV)")
+    else:
+        problem = f"line {line}: not CSV ({clip_message(text, 80)})"
+    return PerfmodelError(name, problem, "check the file's quoting, or pass a measurement CSV")
+
+
+def _record(records: list[Record], i: int, raw: dict[str | Any, Any]) -> None:
+    """Append line ``i`` to ``records``: its fields, or None and why it is malformed."""
+    if None in raw:
+        records.append((i, None, "more fields than the header (corrupt line)"))
+    elif any(v is None for v in raw.values()):
+        records.append((i, None, "fewer fields than the header (truncated line)"))
+    else:
+        records.append((i, raw, ""))
 
 
 def read_measurements(path: str | Path | Iterable[str], *, strict: bool = False) -> MeasurementSet:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_TOKENS, MAX_TP, check_count
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
@@ -39,7 +40,7 @@ from perfmodel.models.memory import (
     kv_cache_bytes,
     weight_bytes,
 )
-from perfmodel.models.predict import predict_model, resolve_dtypes
+from perfmodel.models.predict import check_context, predict_model, resolve_dtypes
 
 __all__ = ["ASSUMPTIONS", "GpuPlan", "Plan", "PlanOption", "Workload", "plan"]
 
@@ -72,9 +73,15 @@ class Workload:
         for name in ("requests_per_s", "prompt_len", "output_len", "ttft_target_s",
                      "tpot_target_s"):
             v = getattr(self, name)
-            if not math.isfinite(v) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v <= 0:
                 raise PerfmodelError(name, f"must be a positive number, got {v!r}",
                                      "e.g. requests_per_s=10, ttft_target_s=1.0")
+        for name in ("prompt_len", "output_len"):
+            check_count(getattr(self, name), name, MAX_TOKENS,
+                        what="perfmodel._limits.MAX_TOKENS")
+        check_count(self.requests_per_s, "requests_per_s", 1e9, integer=False,
+                    minimum=0.0, what="10⁹ requests/s")
 
 
 @dataclass(frozen=True)
@@ -260,9 +267,15 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
     cfg = load_model(config)
     if not gpus:
         raise PerfmodelError("gpus", "no GPUs to plan for", "pass at least one GPU id")
-    if any(int(t) != t or t < 1 for t in tp_options):
-        raise PerfmodelError("tp_options", "TP degrees must be whole numbers ≥ 1",
-                             "e.g. 1,2,4,8")
+    options = dict(options)
+    # the longest context is checked once here (P + G - 1 tokens at the end of a request);
+    # the predictions below run at shorter ones and need not warn again
+    window = check_context(cfg, workload.prompt_len + workload.output_len - 1,
+                           strict=bool(options.pop("strict", False)))
+    if window:
+        cfg = cfg.model_copy(update={"max_position_embeddings": None})
+    for t in tp_options:
+        check_count(t, "tp_options", MAX_TP, what="perfmodel._limits.MAX_TP")
     prices = dict(prices or {})
     out = []
     for gpu in gpus:
@@ -278,4 +291,5 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
         best = min(feasible, key=lambda o: (o.gpus, o.tp)) if feasible else None
         out.append(GpuPlan(gpu=spec.id, name=spec.name, usd_per_gpu_hour=price,
                            price_source=source, best=best, options=opts))
-    return Plan(model=cfg.name, workload=workload, gpus=tuple(out), assumptions=ASSUMPTIONS)
+    return Plan(model=cfg.name, workload=workload, gpus=tuple(out),
+                assumptions=(*ASSUMPTIONS, window) if window else ASSUMPTIONS)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._units import format_capacity
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.predict import ModelPrediction
@@ -90,9 +91,11 @@ class RooflineData:
     points: tuple[RooflinePoint, ...]
 
 
-def roofline_data(pred: ModelPrediction, hw: HardwareSpec | str | None = None) -> RooflineData:
+def roofline_data(pred: ModelPrediction, hw: HardwareSpec | str | None = None,
+                  note: str = "") -> RooflineData:
     """The ops of a model prediction (each phase) placed on the GPU's roofline. Ops without
-    FLOPs (embedding gather, copies) have no place on it and are left out."""
+    FLOPs (embedding gather, copies) have no place on it and are left out. ``note`` (e.g.
+    that the context is past the model's window) is added to the title."""
     spec = load_hardware(hw if hw is not None else pred.hardware)
     points = []
     for phase in (pred.prefill, pred.decode):
@@ -110,6 +113,8 @@ def roofline_data(pred: ModelPrediction, hw: HardwareSpec | str | None = None) -
                 if dt in ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")}
     title = (f"{pred.model} on {spec.id}: ops on the roofline "
              f"(batch {float(np.mean(pred.batch)):g}, prompt {float(np.mean(pred.prompt_len)):g})")
+    if note:
+        title += f"\n{note}"
     return RooflineData(spec.id, title, spec.memory.bandwidth, ceilings, tuple(points))
 
 
@@ -159,6 +164,10 @@ def plot_roofline(data: RooflineData, path: str | Path) -> Chart:
         for lx, ly, names in clusters:
             ax.annotate(", ".join(names), (10**lx, 10**ly), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    ax.text(ridge, float(np.min(mem)), f" datasheet ridge {ridge:.0f} FLOP/B\n (peak / "
+            "bandwidth; predictions use achievable rates)", fontsize=7, color="grey",
+            va="bottom")
     ax.set_xscale("log")
     ax.set_yscale("log")
     xl, yl = "arithmetic intensity (FLOP/byte)", "performance (TFLOP/s)"
@@ -194,6 +203,16 @@ def plot_sweep(result: SweepResult, path: str | Path) -> Chart:
         ax.axvline(c.value, color="black", ls=":", lw=1)
         ax.text(c.value, ax.get_ylim()[1] * 0.97, " " + c.name.replace("_", " "), rotation=90,
                 va="top", fontsize=7)
+    if result.window is not None and result.over in ("prompt", "context") \
+            and float(np.max(x)) > result.window:
+        # the model's context window: points right of it are past what it was trained for
+        annotations["model_window"] = float(result.window)
+        for a in (ax, axm):
+            a.axvspan(result.window, float(np.max(x)), color="#d62728", alpha=0.08, lw=0)
+            a.axvline(result.window, color="#d62728", ls="--", lw=1)
+        ax.text(result.window, ax.get_ylim()[1] * 0.97,
+                f" model window {result.window:,} ", rotation=90, va="top", ha="right",
+                fontsize=7, color="#d62728")
     log_x = float(np.max(x)) / max(float(np.min(x)), 1e-30) >= 30
     for a in (ax, axm):
         a.set_xscale("log" if log_x else "linear")
@@ -205,12 +224,13 @@ def plot_sweep(result: SweepResult, path: str | Path) -> Chart:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     gb = result.memory_bytes / 1e9
-    cap = result.prediction.memory.capacity_bytes / 1e9
+    cap_bytes = result.prediction.memory.capacity_bytes
+    cap = cap_bytes / 1e9
     axm.plot(x, gb, color="black", lw=1.5, label="weights + KV + activations + reserve")
-    axm.axhline(cap, color="red", ls="--", lw=1, label=f"capacity {cap:.0f} GB")
+    axm.axhline(cap, color="red", ls="--", lw=1, label=f"capacity {format_capacity(cap_bytes)}")
     if float(np.max(gb)) / max(float(np.min(gb)), 1e-9) >= 30:
         axm.set_yscale("log")
-    axm.set_ylabel("memory per GPU (GB)")
+    axm.set_ylabel("memory per GPU (10⁹ B)")
     axm.set_xlabel(result.x_label)
     axm.legend(fontsize=7, loc="upper left")
     series["memory"] = (x, gb)
@@ -228,9 +248,9 @@ class ComparisonData:
     """Axis label (with unit) -> one value per GPU (NaN where not defined)."""
 
 
-def comparison_data(preds: list[ModelPrediction]) -> ComparisonData:
+def comparison_data(preds: list[ModelPrediction], note: str = "") -> ComparisonData:
     """TTFT, TPOT and throughput of one model on several GPUs (one prediction each); a GPU
-    whose memory the model does not fit is marked in its label."""
+    whose memory the model does not fit is marked in its label; ``note`` joins the title."""
     if not preds:
         raise PerfmodelError("preds", "nothing to compare", "pass predictions")
 
@@ -240,6 +260,8 @@ def comparison_data(preds: list[ModelPrediction]) -> ComparisonData:
     title = (f"{p0.model}: batch {float(np.mean(p0.batch)):g}, prompt "
              f"{float(np.mean(p0.prompt_len)):g}, generate {float(np.mean(p0.gen_len)):g}, "
              f"TP {float(np.mean(p0.tp)):g}")
+    if note:
+        title += f"\n{note}"
     names = tuple(p.hardware + ("" if bool(np.all(p.memory.fits)) else " (does not fit)")
                   for p in preds)
     return ComparisonData(title, names, {

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_SWEEP_POINTS, check_count, clip_message
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
@@ -98,6 +100,8 @@ class SweepResult:
     fits: np.ndarray[Any, np.dtype[np.bool_]]
     crossovers: tuple[Crossover, ...]
     prediction: ModelPrediction
+    window: int | None = None
+    """The model's context window (``max_position_embeddings``), tokens; None if unknown."""
 
     @property
     def x_label(self) -> str:
@@ -163,33 +167,60 @@ def _first(x: Any) -> float | None:
 
 
 def parse_values(text: str, points: int | None = None, log: bool = False) -> Array:
-    """Sweep values: ``"1,2,4,8"``, ``"128:32768:128"`` (start:stop:step, stop included),
-    or ``"16:32768"`` with ``points`` (evenly or, with ``log``, geometrically spaced,
-    rounded to whole numbers, duplicates dropped)."""
+    """Sweep values: ``"1,2,4,8"``, ``"128:32768:128"`` (start:stop:step: start, start +
+    step, … up to and including stop, never past it), or ``"16:32768"`` with ``points``
+    (evenly or, with ``log``, geometrically spaced, rounded to whole numbers, duplicates
+    dropped). At most :data:`~perfmodel._limits.MAX_SWEEP_POINTS` points, counted before
+    any array is made."""
+    fix = "use 1,2,4,8 or START:STOP:STEP or START:STOP with --points"
+    shown = clip_message(repr(text), 80)
     text = text.strip()
+    if points is not None:
+        check_count(points, "points", MAX_SWEEP_POINTS,
+                    what="perfmodel._limits.MAX_SWEEP_POINTS")
     try:
         if ":" in text:
             parts = [float(x) for x in text.split(":")]
+            if not all(math.isfinite(x) for x in parts):
+                raise ValueError
             if len(parts) == 3:
                 start, stop, step = parts
                 if step <= 0:
-                    raise ValueError
-                vals = np.arange(start, stop + step / 2.0, step)
+                    raise PerfmodelError("values", f"{shown}: the step must be > 0", fix)
+                ratio = (stop - start) / step
+                if not math.isfinite(ratio) or ratio + 1 > MAX_SWEEP_POINTS:
+                    raise PerfmodelError(
+                        "values", f"{shown} gives {ratio + 1:,.4g} points, above the cap of "
+                        f"{MAX_SWEEP_POINTS:,} (perfmodel._limits.MAX_SWEEP_POINTS)",
+                        "use a larger step, or START:STOP with --points")
+                count = math.floor(ratio * (1 + 1e-12) + 1e-9) + 1  # stop, not past it
+                vals = start + step * np.arange(max(count, 0))
             elif len(parts) == 2:
                 start, stop = parts
                 n = points or 64
+                if log and (start <= 0 or stop <= 0):
+                    raise PerfmodelError("values", f"{shown}: --log needs START and STOP > 0",
+                                         "e.g. 16:32768 --points 64 --log")
                 vals = np.geomspace(start, stop, n) if log else np.linspace(start, stop, n)
             else:
                 raise ValueError
         else:
-            vals = np.asarray([float(x) for x in text.split(",") if x.strip()])
-    except ValueError:
-        raise PerfmodelError("values", f"cannot read {text!r}",
-                             "use 1,2,4,8 or START:STOP:STEP or START:STOP with --points") \
-            from None
+            items = [x for x in text.split(",") if x.strip()]
+            if len(items) > MAX_SWEEP_POINTS:
+                raise PerfmodelError("values", f"{len(items):,} values, above the cap of "
+                                     f"{MAX_SWEEP_POINTS:,} (perfmodel._limits."
+                                     "MAX_SWEEP_POINTS)", "sweep fewer values")
+            vals = np.asarray([float(x) for x in items])
+    except (ValueError, OverflowError) as exc:
+        if isinstance(exc, PerfmodelError):
+            raise
+        raise PerfmodelError("values", f"cannot read {shown}", fix) from None
+    if vals.size and not np.all(np.isfinite(vals)):
+        raise PerfmodelError("values", f"{shown} has a value that is not finite", fix)
     vals = np.unique(np.round(vals))
     if vals.size == 0 or np.any(vals < 1):
-        raise PerfmodelError("values", f"{text!r} gives no values ≥ 1", "e.g. 128:32768:128")
+        raise PerfmodelError("values", f"{shown} gives no values ≥ 1" if vals.size == 0
+                             else f"{shown} has a value below 1", "e.g. 128:32768:128")
     return np.asarray(vals, dtype=np.float64)
 
 
@@ -272,4 +303,4 @@ def sweep(config: TransformerConfig | str, hw: HardwareSpec | str, over: Over,
         model=cfg.name, hardware=spec.id, over=over, phase=ph, values=x,
         latency_s=np.asarray(pred.latency_s) * np.ones_like(x), ops=ops, groups=groups,
         compute_s=compute, memory_s=memory, memory_bytes=mem_total, fits=fits,
-        crossovers=tuple(found), prediction=pred)
+        crossovers=tuple(found), prediction=pred, window=cfg.max_position_embeddings)

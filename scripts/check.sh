@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test command for a fresh machine: make .venv if missing, install the project with
-# every extra, then lint (ruff), type-check (mypy --strict, config in pyproject.toml) and test
-# (pytest). Exits non-zero on the first failure.
+# every extra, then lint (ruff), type-check (mypy --strict, config in pyproject.toml), build the
+# API reference (pdoc) and test (pytest). Exits non-zero on the first failure.
 #
 #   bash scripts/check.sh            (CI runs it through .ci/run)
 #   PYTHON=python3.12 bash scripts/check.sh   to make the venv with another interpreter
@@ -36,6 +36,14 @@ for dir in benchmarks examples scripts; do
   fi
 done
 "$py" -m mypy "${targets[@]}"
+
+step "api docs"
+# The API reference, generated from the docstrings (pdoc) into build/api/: a public module
+# that does not import or an annotation that does not resolve fails here (pdoc warns; -W
+# makes it an error). tests/test_docs.py checks the docstrings' parameter names and the
+# pinned public names against docs/embedding.md.
+"$py" -W error::UserWarning -m pdoc --docformat numpy -o build/api \
+  perfmodel perfmodel.sweeps perfmodel.planning
 
 step "pytest"
 # pyproject's addopts already has -q; a second -q would hide the "N passed" summary line.

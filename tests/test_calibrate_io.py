@@ -161,7 +161,7 @@ def test_fit_refuses_to_overwrite_the_spec(tmp_path: Path,
     code, _, err = _run(["calibrate", "fit", str(csv), "--gpu", str(spec), "--out", str(spec),
                          "--residual", "off", "--prior", "0.1", "--folds", "0"], capsys)
     assert code == 2
-    assert "will not write" in err
+    assert "is the input file" in err
     assert spec.read_bytes() == before
     other = bundled_path("a100-80gb-sxm")
     other_before = other.read_bytes()

@@ -154,9 +154,14 @@ def test_every_architecture_has_a_family() -> None:
 @pytest.mark.parametrize("spec_id", NEW_IDS)
 def test_specs_show_prints_each_new_spec(spec_id: str, capsys: pytest.CaptureFixture[str]) -> None:
     expected = {
-        "b300": ("NVIDIA B300", "1.25 TFLOP/s", "13500 TFLOP/s", "270 GiB", "1100 W"),
-        "gb300": ("NVIDIA GB300", "1.39 TFLOP/s", "15000 TFLOP/s", "279 GiB", "1400 W"),
-        "rtx-pro-6000-server": ("RTX PRO 6000", "480 TFLOP/s", "1.597 TB/s", "96 GiB", "600 W"),
+        # capacities as vendors print them ("GB" = GiB), with the bytes: 270 × 2^30 B is
+        # 289.9 × 10⁹ B, 279 × 2^30 B 299.6 × 10⁹ B, 96 × 2^30 B 103.1 × 10⁹ B
+        "b300": ("NVIDIA B300", "1.25 TFLOP/s", "13500 TFLOP/s", "270 GB", "(289.9 × 10⁹ B)",
+                 "1100 W"),
+        "gb300": ("NVIDIA GB300", "1.39 TFLOP/s", "15000 TFLOP/s", "279 GB", "(299.6 × 10⁹ B)",
+                  "1400 W"),
+        "rtx-pro-6000-server": ("RTX PRO 6000", "480 TFLOP/s", "1.597 TB/s", "96 GB",
+                                "(103.1 × 10⁹ B)", "600 W"),
         "arc-pro-b60": ("Intel Arc Pro B60", "98.3 TFLOP/s", "456 GB/s", "Xe-core", "200 W"),
     }[spec_id]
     code = main(["specs", "show", spec_id])

@@ -46,7 +46,8 @@ def test_list_table(capsys: pytest.CaptureFixture[str]) -> None:
     header, *rows = out.splitlines()
     assert header.split()[:4] == ["ID", "NAME", "MEMORY", "BANDWIDTH"]
     h100 = next(r for r in rows if r.startswith("h100-sxm "))
-    for cell in ("80 GiB", "3.35 TB/s", "989.4", "1978.9", "295"):
+    # vendor "80 GB" is 80 GiB = 85,899,345,920 bytes, printed with its decimal size
+    for cell in ("80 GB (85.9 × 10⁹ B)", "3.35 TB/s", "989.4", "1978.9", "295"):
         assert cell in h100
 
 
@@ -54,11 +55,15 @@ def test_show_text(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["specs", "show", "h100-sxm"], capsys)
     assert code == 0
     assert err == ""
-    for text in ("989.4 TFLOP/s", "3.35 TB/s", "80 GiB", "50 MiB", "1.83 GHz", "700 W",
+    for text in ("989.4 TFLOP/s", "3.35 TB/s", "80 GB HBM3 (85.9 × 10⁹ B)", "50 MiB",
+                 "1.83 GHz", "700 W",
                  "1978.9 TOP/s", "88 %", "3 µs", "sources", "NVIDIA H100 datasheet"):
         assert text in out
     bf16 = next(line for line in out.splitlines() if line.strip().startswith("bf16 "))
-    assert bf16.split()[-1] == "295.3"  # ridge point, 989.4e12 / 3.35e12 FLOP/byte
+    assert bf16.split()[-2] == "295.3"  # datasheet ridge point, 989.4e12 / 3.35e12 FLOP/byte
+    # achievable: 989.4e12 x 0.80 (efficiency.compute default) / (3.35e12 x 0.88 memory)
+    assert bf16.split()[-1] == "268.5"
+    assert "datasheet = dense peak / memory bandwidth" in " ".join(out.split())
 
 
 def test_show_json(capsys: pytest.CaptureFixture[str]) -> None:

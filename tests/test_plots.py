@@ -78,8 +78,12 @@ def test_sweep_chart(tmp_path: Path) -> None:
     np.testing.assert_allclose(chart.series["memory"][1], res.memory_bytes / 1e9)
     c = res.crossover("attention_over_mlp")
     assert chart.annotations["attention_over_mlp"] == c.value
+    # Llama-2's window is 4,096 positions (its config.json): the sweep runs past it
+    assert chart.annotations["model_window"] == 4096
     short = sweep("llama-2-7b", "a100-80gb-sxm", "batch", [1, 2, 4, 8])
-    assert plot_sweep(short, tmp_path / "b.png").x_scale == "linear"
+    short_chart = plot_sweep(short, tmp_path / "b.png")
+    assert short_chart.x_scale == "linear"
+    assert "model_window" not in short_chart.annotations  # a batch sweep has no such axis
 
 
 def test_gpu_comparison(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import yaml
 from perfmodel._errors import SpecError
 from perfmodel.cli.main import main
 from perfmodel.hardware import catalog
-from perfmodel.hardware.catalog import load_hardware
+from perfmodel.hardware.catalog import allow_spec_dirs, load_hardware
 
 # A small spec that validates: 132 SMs x 1.83 GHz x 4096 FLOPs/clock = 989.4e12 FLOP/s dense bf16.
 MINIMAL: dict[str, Any] = {
@@ -267,7 +267,10 @@ def test_extends_path_is_relative_to_the_file(
     child = _write(tmp_path / "team", "child.yaml",
                    "extends: ../base/base.yaml\nid: child-gpu\nmemory: {bandwidth: 2 TB/s}\n")
     monkeypatch.chdir(tmp_path / "elsewhere")  # not where either file lives
-    hw = load_hardware(child)
+    with pytest.raises(SpecError, match=r"not a \.yaml file in a spec folder"):
+        load_hardware(child)  # ../base is outside team/: allowed only when asked for
+    with allow_spec_dirs(tmp_path / "base"):
+        hw = load_hardware(child)
     assert hw.id == "child-gpu"
     assert hw.memory.bandwidth == 2e12
     assert hw.memory.capacity == 80 * 2**30  # from base.yaml

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_FIT_ROWS
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.hardware.catalog import resolve_id
 from perfmodel.hardware.spec import HardwareSpec
@@ -349,6 +350,25 @@ class Dataset:
     def family_mask(self, family: str, dtype: str | None = None) -> Array:
         return np.asarray([r.family == family and (dtype is None or r.dtype == dtype)
                            for r in self.rows], dtype=bool)
+
+
+def thin_rows(rows: Sequence[Row], cap: int = MAX_FIT_ROWS) -> tuple[list[Row], str]:
+    """At most ``cap`` rows for a fit, and a note saying how they were picked ("" if all).
+
+    Rule: the rows sorted by (family, dtype, shape, measured time), and ``cap`` of them
+    taken at evenly spaced ranks, so every family, dtype and size range keeps its share.
+    A fit's cost grows with its rows (each candidate setting is cross-validated), so a
+    file of 10⁵–10⁶ rows is thinned rather than fitted for hours.
+    """
+    if len(rows) <= cap:
+        return list(rows), ""
+    order = sorted(range(len(rows)), key=lambda i: (rows[i].family, rows[i].dtype,
+                                                      repr(rows[i].static), rows[i].sizes,
+                                                      rows[i].measured_s))
+    keep = sorted({order[int(j)] for j in np.round(np.linspace(0, len(rows) - 1, cap))})
+    note = (f"fitting {len(keep):,} of {len(rows):,} rows (perfmodel._limits.MAX_FIT_ROWS): "
+            "evenly spaced over the rows sorted by family, dtype and shape")
+    return [rows[i] for i in keep], note
 
 
 def dataset_from_rows(rows: Sequence[Row], weight: Array | None = None,

@@ -72,6 +72,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_TABLE_POINTS
 from perfmodel.calibrate.data import Dataset
 from perfmodel.hardware.spec import Calibration, HardwareSpec
 from perfmodel.ops.cost import Array
@@ -366,11 +367,34 @@ def residual_mode(value: bool | str | None) -> str:
     return key
 
 
-def shape_table(x: Array, e: Array, w0: float = _SHAPE_W0) -> list[list[float]]:
-    """A shape table: [h, w0] then [x_1 … x_d, e] per point, h chosen by leave-one-out
-    (mean |error| of each point predicted from the others) over a grid of widths."""
+def thin_points(x: Array, e: Array, cap: int = MAX_TABLE_POINTS) -> tuple[Array, Array]:
+    """At most ``cap`` points of a kernel table, so its n × n matrices stay bounded
+    (600² doubles = 2.9 MB, inverted in well under a second) whatever the size of the
+    measurement file.
+
+    Rule: points at one shape (equal coordinates) become one, their mean error; if more
+    than ``cap`` shapes remain, ``cap`` of them at evenly spaced ranks of the shapes
+    sorted by their coordinates (first coordinate first) are kept.
+    """
     xs = np.asarray(x, dtype=np.float64)
     es = np.asarray(e, dtype=np.float64)
+    if xs.shape[0] <= cap:
+        return xs, es
+    uniq, inverse = np.unique(xs, axis=0, return_inverse=True)  # sorted lexicographically
+    inverse = inverse.reshape(-1)
+    mean_e = np.bincount(inverse, weights=es) / np.bincount(inverse)
+    if uniq.shape[0] > cap:
+        keep = np.unique(np.round(np.linspace(0, uniq.shape[0] - 1, cap)).astype(int))
+        uniq, mean_e = uniq[keep], mean_e[keep]
+    return uniq, mean_e
+
+
+def shape_table(x: Array, e: Array, w0: float = _SHAPE_W0) -> list[list[float]]:
+    """A shape table: [h, w0] then [x_1 … x_d, e] per point, h chosen by leave-one-out
+    (mean |error| of each point predicted from the others) over a grid of widths. More
+    than :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
+    (:func:`thin_points`)."""
+    xs, es = thin_points(x, e)
     d2 = ((xs[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
     best_h, best = _SHAPE_WIDTHS[0], math.inf
     for h in _SHAPE_WIDTHS:
@@ -391,9 +415,10 @@ _GP_RIDGES = (0.03, 0.1, 0.3, 1.0, 3.0)
 
 def gp_table(x: Array, e: Array) -> list[list[float]]:
     """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h … h, 0] then
-    [x_1 … x_d, α_i] per point, (h, λ) chosen by closed-form leave-one-out (mean |error|)."""
-    xs = np.asarray(x, dtype=np.float64)
-    es = np.asarray(e, dtype=np.float64)
+    [x_1 … x_d, α_i] per point, (h, λ) chosen by closed-form leave-one-out (mean |error|).
+    More than :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
+    (:func:`thin_points`)."""
+    xs, es = thin_points(x, e)
     n, d = xs.shape
     d2 = ((xs[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
     best: tuple[float, float, Array] = (math.inf, _GP_WIDTHS[0], np.zeros(n))

@@ -97,15 +97,32 @@ def dense_ceiling(data: Dataset, predicted_s: Array, neighbours: int = 5,
                                            dtype=np.float64), 1.0))
     spread = coords.std(axis=0)
     z = (coords[:, spread > 0] - coords[:, spread > 0].mean(axis=0)) / spread[spread > 0]
-    e_shape = np.asarray([np.median(e[ids == s]) for s in range(len(shape_of))])
-    r = np.empty(len(shape_of))
-    for start in range(0, len(z), chunk):
-        q = z[start:start + chunk]
-        d2 = ((q[:, None, :] - z[None, :, :]) ** 2).sum(axis=-1)
-        d2[np.arange(len(q)), np.arange(start, start + len(q))] = np.inf
+    order = np.argsort(ids, kind="stable")
+    bounds = np.searchsorted(ids[order], np.arange(len(shape_of) + 1))
+    e_shape = np.asarray([np.median(e[order[bounds[s]:bounds[s + 1]]])
+                          for s in range(len(shape_of))])
+    # Bounded work and memory on any file: at most _CEILING_QUERIES shapes are predicted
+    # (evenly spaced in order of first appearance), each from all the others, in chunks of
+    # at most _CEILING_CELLS distances.
+    queries = np.arange(len(z))
+    if len(z) > _CEILING_QUERIES:
+        queries = np.unique(np.round(np.linspace(0, len(z) - 1, _CEILING_QUERIES)).astype(int))
+    step = max(1, min(chunk, _CEILING_CELLS // max(len(z) * max(z.shape[1], 1), 1)))
+    r = np.full(len(shape_of), np.nan)
+    for start in range(0, len(queries), step):
+        rows = queries[start:start + step]
+        d2 = ((z[rows][:, None, :] - z[None, :, :]) ** 2).sum(axis=-1)
+        d2[np.arange(len(rows)), rows] = np.inf
         near = np.argpartition(d2, neighbours, axis=1)[:, :neighbours]
-        r[start:start + chunk] = np.median(e_shape[near], axis=1)
-    return _ape(np.exp(r[ids] - e), np.ones(len(e)))
+        r[rows] = np.median(e_shape[near], axis=1)
+    used = np.isfinite(r[ids])
+    return _ape(np.exp(r[ids][used] - e[used]), np.ones(int(used.sum())))
+
+
+#: Shapes the dense ceiling predicts at most (each from every other shape of the group).
+_CEILING_QUERIES = 20_000
+#: Distances held at once while finding neighbours (× 8 bytes × dims: ≤ 128 MB for 4-D).
+_CEILING_CELLS = 2**22
 
 
 def pick_fit_shapes(data: Dataset, count: int, mask: Any = None) -> list[int]:

@@ -227,21 +227,27 @@ def done_cases(out: Path) -> set[str]:
     (the file is rewritten without it)."""
     if not out.exists() or out.stat().st_size == 0:
         return set()
-    text = out.read_text(encoding="utf-8")
-    if not text.endswith("\n"):
-        cut = text.rfind("\n")
-        text = text[: cut + 1] if cut >= 0 else ""
-        out.write_text(text, encoding="utf-8")
     import csv
     import io
 
+    not_ours = PerfmodelError(str(out), "exists but is not a measurement CSV written by "
+                              "calibrate run (left untouched)", "pass a new --out path")
+    try:
+        text = out.read_text(encoding="utf-8")
+        header = next(csv.reader(io.StringIO(text.split("\n", 1)[0])), [])
+    except (UnicodeDecodeError, csv.Error):
+        raise not_ours from None
     ids: set[str] = set()
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or "notes" not in reader.fieldnames:
+    if "notes" not in header or "measured_us" not in header:
         if text.strip():
-            raise PerfmodelError(str(out), "exists but is not a measurement CSV written by "
-                                 "calibrate run", "pass a new --out path")
+            raise not_ours
         return ids
+    if not text.endswith("\n"):
+        # only now, the file being ours: drop a last line an interrupt cut short
+        cut = text.rfind("\n")
+        text = text[: cut + 1] if cut >= 0 else ""
+        out.write_text(text, encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
     for raw in reader:
         for part in (raw.get("notes") or "").split():
             if part.startswith("case="):

@@ -126,6 +126,14 @@ def _detail_lines(p: Prediction) -> list[str]:
     return out
 
 
+def _ridge_note(p: Prediction, hw: HardwareSpec) -> str:
+    """Which ridge point that was: the achievable one, with the datasheet one beside it."""
+    if p.op == "allreduce" or not hw.supports(p.dtype):
+        return "(ridge point at the achievable rates the prediction uses)"
+    return (f"(achievable: the rates the prediction uses; datasheet peak / bandwidth "
+            f"{hw.ridge_point(p.dtype):.4g} FLOP/B)")
+
+
 def explain_lines(op: Op, p: Prediction, hw: HardwareSpec) -> list[str]:
     """The Nsight-style explain block for a scalar prediction."""
     w = 30
@@ -147,6 +155,7 @@ def explain_lines(op: Op, p: Prediction, hw: HardwareSpec) -> list[str]:
         row("Memory Throughput", f"{_scalar(p.memory_util) * 100:.1f} %"),
         row("Arithmetic Intensity",
             f"{ai:.4g} FLOP/B vs ridge point {ridge:.4g} FLOP/B ({ratio:.3g}x: {side})"),
+        row("", _ridge_note(p, hw)),
         row("FLOPs", _fmt_count(_scalar(p.flops), "FLOP")),
         row("Bytes (modelled)", _fmt_bytes(_scalar(p.bytes))),
         row("Bytes (minimum)", _fmt_bytes(_scalar(p.bytes_min))),

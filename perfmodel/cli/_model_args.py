@@ -7,35 +7,118 @@ import math
 from typing import Any
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import (
+    MAX_BATCH,
+    MAX_SIZE,
+    MAX_SWEEP_POINTS,
+    MAX_TOKENS,
+    MAX_TP,
+    clip_message,
+)
 
-__all__ = ["add_dtype_flags", "add_memory_flags", "dtype_options", "fmt_bytes", "fmt_rate",
-           "fmt_time", "gpu_list", "positive_float", "positive_int", "table"]
+__all__ = ["add_dtype_flags", "add_memory_flags", "add_strict_flag", "batch_int", "count_int",
+           "dtype_options", "fmt_bytes", "fmt_rate", "fmt_time", "fraction", "gib", "gpu_list",
+           "positive_float", "positive_int", "sweep_points", "table", "token_int", "tp_int"]
 
 
-def positive_int(text: str) -> int:
+def _whole(text: str, minimum: float, maximum: float, cap: str) -> int:
+    shown = clip_message(repr(text), 60)
     try:
-        value = float(text)
+        value = float(text.strip().replace("_", ""))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not math.isfinite(value) or value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown}") from None
+    if not math.isfinite(value) or value < minimum or value != int(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ {minimum:g}, got {shown}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"{value:.4g} is above the cap of {maximum:.4g} "
+                                         f"(perfmodel._limits.{cap})")
     return int(value)
 
 
+def positive_int(text: str) -> int:
+    """A whole number ≥ 1 (argparse type), at most 2⁵³."""
+    return _whole(text, 1, MAX_SIZE, "MAX_SIZE")
+
+
+def token_int(text: str) -> int:
+    """Tokens of one sequence (argparse type): 1 … 2³¹."""
+    return _whole(text, 1, MAX_TOKENS, "MAX_TOKENS")
+
+
+def count_int(text: str) -> int:
+    """Tokens that may be zero (argparse type): 0 … 2³¹."""
+    return _whole(text, 0, MAX_TOKENS, "MAX_TOKENS")
+
+
+def batch_int(text: str) -> int:
+    """Sequences of a batch (argparse type): 1 … 2²⁴."""
+    return _whole(text, 1, MAX_BATCH, "MAX_BATCH")
+
+
+def sweep_points(text: str) -> int:
+    """Points of a sweep (argparse type): 1 … 10⁵."""
+    return _whole(text, 1, MAX_SWEEP_POINTS, "MAX_SWEEP_POINTS")
+
+
+def tp_int(text: str) -> int:
+    """Tensor-parallel GPUs (argparse type): 1 … 2¹⁶."""
+    return _whole(text, 1, MAX_TP, "MAX_TP")
+
+
+def add_strict_flag(p: argparse.ArgumentParser) -> None:
+    """``--strict``: warnings (a context past the model's window, a peak that cannot be
+    cross-checked, an unknown model type) become errors."""
+    p.add_argument("--strict", action="store_true",
+                   help="refuse what would only warn: a context past the model's window, an "
+                   "unknown model type, a peak that cannot be cross-checked")
+
+
 def positive_float(text: str) -> float:
+    shown = clip_message(repr(text), 60)
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown}") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {shown}")
     return value
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1) (argparse type)."""
+    shown = clip_message(repr(text), 60)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {shown}")
+    return value
+
+
+def gib(text: str) -> float:
+    """GiB ≥ 0, at most 2²⁰ GiB (argparse type)."""
+    shown = clip_message(repr(text), 60)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GiB, got {shown}") from None
+    if not math.isfinite(value) or not 0 <= value <= 2**20:
+        raise argparse.ArgumentTypeError(f"expected GiB in [0, 1048576], got {shown}")
+    return value
+
+
+#: GPUs one command compares (each is a whole prediction).
+MAX_GPUS = 64
 
 
 def gpu_list(text: str) -> list[str]:
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items:
         raise argparse.ArgumentTypeError("expected one or more GPU ids, comma-separated")
+    if len(items) > MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"{len(items)} GPUs is more than the {MAX_GPUS} one "
+                                         "command compares")
     return items
 
 
@@ -58,9 +141,9 @@ def add_dtype_flags(p: argparse.ArgumentParser) -> None:
 
 def add_memory_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("memory reserve")
-    g.add_argument("--reserve-fraction", type=float, default=0.10, metavar="F",
+    g.add_argument("--reserve-fraction", type=fraction, default=0.10, metavar="F",
                    help="fraction of GPU memory held back (default 0.10)")
-    g.add_argument("--reserve-gib", type=float, default=1.0, metavar="GIB",
+    g.add_argument("--reserve-gib", type=gib, default=1.0, metavar="GIB",
                    help="plus this many GiB for the CUDA context and workspaces (default 1)")
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel._errors import PerfmodelError
+from perfmodel.cli._paths import check_output, check_plot_target, plot_path
 
 __all__ = ["parse_budget", "register"]
 
@@ -80,6 +81,39 @@ def _prior(text: str) -> float | None:
     return value
 
 
+def _int_in(text: str, low: int, high: int, what: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text[:60]!r}") from None
+    if not math.isfinite(value) or value != int(value) or not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"expected {what} from {low} to {high:,}, got "
+                                         f"{text[:60]!r}")
+    return int(value)
+
+
+def _folds(text: str) -> int:
+    return _int_in(text, 2, 100, "a number of folds")
+
+
+def _fit_folds(text: str) -> int:
+    return 0 if text.strip() == "0" else _folds(text)
+
+
+def _threads(text: str) -> int:
+    return _int_in(text, 1, 4096, "a number of threads")
+
+
+def _rows(text: str) -> int:
+    return _int_in(text, 1, 10**9, "a number of rows")
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path; name the file to write")
+    return text
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``perfmodel calibrate {run,fit,report,cpu-spec,public}``."""
     cal = subparsers.add_parser(
@@ -95,10 +129,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        "norms, elementwise) and append rows to a CSV; resumes by default.")
     p.add_argument("--device", choices=("cuda", "cpu"), required=True)
     p.add_argument("--budget", default="5m", help="wall-time budget, e.g. 90s, 5m (default 5m)")
-    p.add_argument("--out", required=True, help="measurement CSV to append to")
+    p.add_argument("--out", required=True, type=_nonempty, help="measurement CSV to append to")
     p.add_argument("--gpu", help="spec id or YAML of the device (default: from the device "
                    "name; on cpu, measured on the spot)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (fixed for the run)")
+    p.add_argument("--threads", type=_threads, help="CPU threads for torch (fixed for the run)")
     p.add_argument("--dtype", action="append", dest="dtypes",
                    help="dtype(s) to measure (default bf16 on cuda, fp32 on cpu)")
     p.add_argument("--no-resume", action="store_true",
@@ -114,15 +148,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("csv", help="measurement CSV (shared schema)")
     p.add_argument("--gpu", help="spec id or YAML (default: the spec recorded by "
                    "'calibrate run', or the CSV's spec column)")
-    p.add_argument("--out", required=True, help="calibrated profile to write (YAML)")
+    p.add_argument("--out", required=True, type=_nonempty,
+                   help="calibrated profile to write (YAML; never the CSV or the spec read)")
     p.add_argument("--residual", default="auto", help="residual correction: auto (chosen by "
                    "cross-validation), off, scale (one constant per key), size (1-D over "
                    "log size), shape (kernel regression over log shape) or gp (kernel ridge "
                    "over log shape)")
     p.add_argument("--prior", default="auto", help="weight pulling parameters toward the "
                    "spec's defaults: auto (cross-validated) or a number (inf: keep the defaults)")
-    p.add_argument("--folds", type=int, default=5, help="folds of the held-out error "
-                   "recorded in the profile (0: skip)")
+    p.add_argument("--folds", type=_fit_folds, default=5, help="folds of the held-out error "
+                   "recorded in the profile (0: skip; else 2 to 100)")
     p.add_argument("--allow-other-gpu", action="store_true",
                    help="fit even if the CSV's spec column names another device")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -134,11 +169,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("csv", help="measurement CSV")
     p.add_argument("--gpu", help="spec id, YAML, or the calibrated profile (its recorded fit "
                    "options are reused)")
-    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--folds", type=_folds, default=5, help="cross-validation folds, 2 to 100 "
+                   "(default 5)")
     p.add_argument("--residual", default=None, help="auto, off, scale, size, shape or gp "
                    "(default: as fitted)")
     p.add_argument("--prior", default=None, help="auto or a number (default: as fitted)")
-    p.add_argument("--plot", help="write a predicted-vs-measured scatter plot (PNG)")
+    p.add_argument("--plot", type=plot_path,
+                   help="write a predicted-vs-measured scatter plot (.png, .svg or .pdf)")
     p.add_argument("--allow-other-gpu", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=report_cmd)
@@ -146,8 +183,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("cpu-spec", help="measure this CPU and write a spec",
                        description="Peak fp32 rate from a large matmul, bandwidth from a large "
                        "copy, fixed cost from a tiny op: a spec of this machine.")
-    p.add_argument("--out", required=True, help="YAML to write")
-    p.add_argument("--threads", type=int)
+    p.add_argument("--out", required=True, type=_nonempty, help="YAML to write")
+    p.add_argument("--threads", type=_threads)
     p.add_argument("--quick", action="store_true", help="smaller problems (about 1 s)")
     p.add_argument("--id", default="cpu-local", help="spec id (default cpu-local)")
     p.set_defaults(func=cpu_spec_cmd)
@@ -157,8 +194,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        "rows: fit on a few shapes, report the error on all the others; "
                        "attention also fitted at S ≤ 4k and tested at 8k–32k.")
     p.add_argument("paths", nargs="+", help="CSV files or folders of CSVs")
-    p.add_argument("--max-fit-rows", type=int, default=30)
-    p.add_argument("--min-rows", type=int, default=100)
+    p.add_argument("--max-fit-rows", type=_rows, default=30,
+                   help="shapes fitted per group (default 30)")
+    p.add_argument("--min-rows", type=_rows, default=100,
+                   help="rows a group needs to be evaluated (default 100)")
     p.add_argument("--residual", default="auto", help="auto, off, scale, size, shape or gp")
     p.add_argument("--include-suspect", action="store_true",
                    help="keep rows whose notes say SUSPECT (left out by default)")
@@ -185,8 +224,11 @@ def run_cmd(args: argparse.Namespace) -> int:
     from perfmodel.calibrate.run import run_suite
 
     budget = parse_budget(args.budget)
-    if args.threads is not None and args.threads < 1:
-        raise PerfmodelError("--threads", f"must be ≥ 1, got {args.threads}", "e.g. --threads 4")
+    out = check_output(args.out, "--out", (args.gpu,))
+    if out.is_file() and out.stat().st_size and not args.no_resume:
+        from perfmodel.calibrate.run import done_cases
+
+        done_cases(out)  # refuses, before any measuring, a file calibrate run did not write
     result = run_suite(args.device, args.out, budget, gpu=args.gpu, threads=args.threads,
                        dtypes=args.dtypes, quiet=args.quiet, resume=not args.no_resume)
     summary = {
@@ -271,10 +313,19 @@ def _environment(csv_path: Path, rows: list[Any]) -> dict[str, str]:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any, Path | None, list[Any]]:
-    from perfmodel.calibrate.data import as_run_on, check_device, dataset_from_rows, read_rows
+    from perfmodel.calibrate.data import (
+        as_run_on,
+        check_device,
+        dataset_from_rows,
+        read_rows,
+        thin_rows,
+    )
 
     csv_path = Path(args.csv)
     rows, _ = read_rows(csv_path)
+    rows, thinned = thin_rows(rows)
+    if thinned:
+        print(f"note: {thinned}", file=sys.stderr)
     hw, spec_path = _resolve_spec(csv_path, args.gpu, rows)
     check_device(rows, hw, str(csv_path), allow_other=args.allow_other_gpu)
     rows, rules = as_run_on(rows, hw)
@@ -289,7 +340,11 @@ def fit_cmd(args: argparse.Namespace) -> int:
     from perfmodel.calibrate.report import cross_validate
 
     t0 = time.monotonic()
+    csv_path = Path(args.csv)
+    check_output(args.out, "--out", (args.csv, csv_path.with_name(csv_path.name + ".env.json"),
+                                     args.gpu if args.gpu and Path(args.gpu).is_file() else None))
     data, hw, spec_path, rows = _load(args)
+    check_output(args.out, "--out", (spec_path,))
     result, sel = fit_auto(data, hw, residual=_residual(args.residual), prior=_prior(args.prior))
     env = _environment(Path(args.csv), rows)
     env["fit_prior"] = f"{sel.prior:g}"
@@ -363,6 +418,7 @@ def report_cmd(args: argparse.Namespace) -> int:
         split_extrapolation,
     )
 
+    check_plot_target(args.plot, args.csv, args.gpu)
     data, hw, _, _ = _load(args)
     cal_env = hw.calibration.environment if hw.calibration else {}
     residual = _residual(args.residual) if args.residual is not None else (
@@ -424,6 +480,7 @@ def report_cmd(args: argparse.Namespace) -> int:
 def cpu_spec_cmd(args: argparse.Namespace) -> int:
     from perfmodel.calibrate.cpu import measure_cpu, write_cpu_spec
 
+    check_output(args.out, "--out")
     fig = measure_cpu(args.threads, quick=args.quick)
     hw = write_cpu_spec(args.out, fig, spec_id=args.id)
     print(f"{hw.name}: fp32 {fig.matmul_flops_per_s / 1e9:.1f} GFLOP/s, copy "

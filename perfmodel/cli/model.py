@@ -14,17 +14,23 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._units import format_capacity
 from perfmodel.cli._model_args import (
     add_dtype_flags,
     add_memory_flags,
+    add_strict_flag,
+    batch_int,
+    count_int,
     dtype_options,
     fmt_bytes,
     fmt_rate,
     fmt_time,
     gpu_list,
-    positive_int,
     table,
+    token_int,
+    tp_int,
 )
+from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.models.config import (
     TransformerConfig,
@@ -62,18 +68,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--list", action="store_true", help="list the bundled presets")
     p.add_argument("--gpu", type=gpu_list, metavar="ID[,ID...]",
                    help="bundled id or YAML spec; several for a comparison")
-    p.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
-    p.add_argument("--prompt", type=positive_int, metavar="P", help="prompt tokens")
-    p.add_argument("--gen", type=positive_int, metavar="G", help="tokens to generate")
-    p.add_argument("--cached-prefix", type=int, default=0, metavar="C",
-                   help="prompt tokens already in the KV cache (prefix caching)")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel GPUs")
+    p.add_argument("--batch", type=batch_int, default=1, help="sequences (default 1)")
+    p.add_argument("--prompt", type=token_int, metavar="P", help="prompt tokens")
+    p.add_argument("--gen", type=token_int, metavar="G", help="tokens to generate")
+    p.add_argument("--cached-prefix", type=count_int, default=0, metavar="C",
+                   help="tokens of the prompt already in the KV cache (prefix caching): "
+                   "part of --prompt, so the prefill computes P - C tokens; C < P")
+    p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs")
     add_dtype_flags(p)
     add_memory_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--plot", metavar="OUT.png",
+    p.add_argument("--plot", metavar="OUT.png", type=plot_path,
                    help="write a roofline chart of the model's ops (several GPUs: a "
-                   "comparison chart)")
+                   "comparison chart); .png, .svg or .pdf")
+    add_strict_flag(p)
     p.set_defaults(func=run)
 
 
@@ -103,7 +111,7 @@ def _list(as_json: bool) -> int:
 def _predict(cfg: TransformerConfig, gpu: str, args: argparse.Namespace) -> ModelPrediction:
     return predict_model(cfg, gpu, phase="generate", batch=args.batch, prompt_len=args.prompt,
                          gen_len=args.gen, cached_prefix=args.cached_prefix, tp=args.tp,
-                         **dtype_options(args))
+                         strict=args.strict, **dtype_options(args))
 
 
 def _suggest_tp(cfg: TransformerConfig, pred: ModelPrediction) -> str:
@@ -135,8 +143,11 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
     prefill = pred.prefill
     decode = pred.decode
     assert prefill is not None
-    print(f"  TTFT         {fmt_time(f(pred.ttft_s)):>10}   prefill of {b}×{p} tokens, "
-          f"{fmt_rate(f(prefill.flops), 'FLOP')}, {fmt_rate(b * p / f(pred.ttft_s), 'tok/s')}")
+    c = args.cached_prefix
+    cached = f" ({c} of {p} cached)" if c else ""
+    print(f"  TTFT         {fmt_time(f(pred.ttft_s)):>10}   prefill of {b}×{p - c} tokens"
+          f"{cached}, {fmt_rate(f(prefill.flops), 'FLOP')}, "
+          f"{fmt_rate(b * (p - c) / f(pred.ttft_s), 'tok/s')}")
     if decode is not None and g > 1:
         print(f"  TPOT         {fmt_time(f(pred.tpot_s)):>10}   per output token after the "
               f"first (mean over contexts {p + 1}..{p + g - 1}), "
@@ -147,8 +158,8 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
     print()
     ctx = int(f(pred.context_len))
     max_b, max_c = f(mem.max_batch), f(mem.max_context)
-    print(f"memory per GPU ({fmt_bytes(mem.capacity_bytes)} = "
-          f"{mem.capacity_bytes / 2**30:.0f} GiB on {hw.id})")
+    print(f"memory per GPU ({format_capacity(mem.capacity_bytes, hw.memory.type)} on "
+          f"{hw.id}; sizes below in 10⁹ B)")
     print(f"  weights      {fmt_bytes(f(mem.weights_bytes)):>10}")
     per_token = f(kv_cache_bytes(cfg, 1, 1, args.tp, pred.dtypes.kv))  # all layers
     window = (f"; {cfg.num_sliding_layers} of {cfg.num_layers} layers keep at most "
@@ -193,11 +204,19 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
         print(f"  - {a}")
 
 
+def _window_note(cfg: TransformerConfig, args: argparse.Namespace) -> str:
+    window = cfg.max_position_embeddings
+    ctx = args.prompt + args.gen - 1
+    if window is None or ctx <= window:
+        return ""
+    return f"context {ctx:,} tokens > the model's {window:,}-position window"
+
+
 def _compare(cfg: TransformerConfig, preds: list[ModelPrediction]) -> None:
     f = float
     rows = [[p.hardware, fmt_time(f(p.ttft_s)), fmt_time(f(p.tpot_s)), fmt_time(f(p.e2e_s)),
              fmt_rate(f(p.tokens_per_s), "tok/s"), fmt_bytes(f(p.memory.total_bytes)),
-             fmt_bytes(p.memory.capacity_bytes), "yes" if p.memory.fits else "NO",
+             format_capacity(p.memory.capacity_bytes), "yes" if p.memory.fits else "NO",
              f"{f(p.memory.max_batch):,.0f}"] for p in preds]
     print(f"{cfg.name}: batch {f(preds[0].batch):g}, prompt {f(preds[0].prompt_len):g}, "
           f"generate {f(preds[0].gen_len):g}, TP {f(preds[0].tp):g}")
@@ -222,14 +241,21 @@ def run(args: argparse.Namespace) -> int:
         raise PerfmodelError("usage", f"missing {', '.join(missing)}",
                              "e.g. perfmodel model llama-2-7b --gpu a100-80gb-sxm "
                              "--prompt 2048 --gen 256")
+    if args.cached_prefix >= args.prompt:
+        raise PerfmodelError("--cached-prefix", f"{args.cached_prefix} is not below --prompt "
+                             f"{args.prompt} (the cached prefix is part of the prompt)",
+                             f"pass at most {args.prompt - 1}")
     cfg = load_model(args.model)
+    check_plot_target(args.plot, args.model, *args.gpu)
     preds = [_predict(cfg, gpu, args) for gpu in args.gpu]
     if args.plot:
         from perfmodel import plots
         if len(preds) == 1:
-            plots.plot_roofline(plots.roofline_data(preds[0]), args.plot)
+            plots.plot_roofline(plots.roofline_data(preds[0], note=_window_note(cfg, args)),
+                                args.plot)
         else:
-            plots.plot_gpu_comparison(plots.comparison_data(preds), args.plot)
+            plots.plot_gpu_comparison(plots.comparison_data(preds, _window_note(cfg, args)),
+                                      args.plot)
     if args.json:
         if len(preds) == 1:
             print(json.dumps(_to_dict(cfg, preds[0]), indent=2))

@@ -12,13 +12,16 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.cli._model_args import (
     add_dtype_flags,
     add_memory_flags,
+    add_strict_flag,
     dtype_options,
     fmt_time,
     gpu_list,
     positive_float,
-    positive_int,
     table,
+    token_int,
+    tp_int,
 )
+from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
 from perfmodel.planning import Plan, Workload, plan
 
@@ -47,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpus", "--gpu", dest="gpus", type=gpu_list, required=True,
                    metavar="ID[,ID...]", help="GPU types to compare")
     p.add_argument("--rps", type=positive_float, required=True, help="requests per second")
-    p.add_argument("--prompt", type=positive_int, required=True, help="prompt tokens")
-    p.add_argument("--output", type=positive_int, required=True, help="output tokens")
+    p.add_argument("--prompt", type=token_int, required=True, help="prompt tokens")
+    p.add_argument("--output", type=token_int, required=True, help="output tokens")
     p.add_argument("--ttft-ms", type=positive_float, required=True, help="TTFT target, ms")
     p.add_argument("--tpot-ms", type=positive_float, required=True,
                    help="TPOT target (per output token after the first), ms")
@@ -59,7 +62,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_dtype_flags(p)
     add_memory_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--plot", metavar="OUT.png", help="write a GPU comparison chart")
+    p.add_argument("--plot", metavar="OUT.png", type=plot_path,
+                   help="write a GPU comparison chart (.png, .svg or .pdf)")
+    add_strict_flag(p)
     p.set_defaults(func=run)
 
 
@@ -68,7 +73,10 @@ def _prices(items: list[str], gpus: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for item in items:
         for part in item.split(","):
-            key, _, value = part.rpartition("=")
+            key, eq, value = part.rpartition("=")
+            if eq and not key.strip():
+                raise PerfmodelError("--price", f"{part!r} names no GPU before '='",
+                                     "use ID=USD, e.g. h100-sxm=2.49, or one number")
             try:
                 usd = float(value)
             except ValueError:
@@ -127,16 +135,19 @@ def _report(p: Plan) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    items = [x for x in args.tp.split(",") if x.strip()]
+    if not items or len(items) > 32:
+        raise PerfmodelError("--tp", f"expected 1 to 32 TP degrees, got {len(items)}",
+                             "e.g. 1,2,4,8")
     try:
-        tps = [int(x) for x in args.tp.split(",") if x.strip()]
-    except ValueError:
-        raise PerfmodelError("--tp", f"cannot read {args.tp!r}", "e.g. 1,2,4,8") from None
-    if not tps or any(t < 1 for t in tps):
-        raise PerfmodelError("--tp", "TP degrees must be ≥ 1", "e.g. 1,2,4,8")
+        tps = [tp_int(x) for x in items]
+    except argparse.ArgumentTypeError as exc:
+        raise PerfmodelError("--tp", str(exc), "e.g. 1,2,4,8") from None
     wl = Workload(args.rps, args.prompt, args.output, args.ttft_ms / 1e3, args.tpot_ms / 1e3)
     cfg = load_model(args.model)
+    check_plot_target(args.plot, args.model, *args.gpus)
     result = plan(cfg, args.gpus, wl, tp_options=tps, prices=_prices(args.price, args.gpus),
-                  **dtype_options(args))
+                  strict=args.strict, **dtype_options(args))
     if args.plot:
         from perfmodel.plots import plan_comparison_data, plot_gpu_comparison
         plot_gpu_comparison(plan_comparison_data(result), Path(args.plot))

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from perfmodel._errors import PerfmodelError, SpecError
+from perfmodel._limits import MAX_SIZE
 from perfmodel.cli._explain import compare_lines, explain_lines
 from perfmodel.engines import ENGINES, attention_kernel, gemm_kernel
 from perfmodel.hardware.catalog import load_hardware
@@ -120,6 +121,9 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{value:.4g} is above the cap of {MAX_SIZE:.4g} "
+                                         "(2^53, perfmodel._limits.MAX_SIZE)")
     return int(value)
 
 
@@ -131,7 +135,14 @@ def _count(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    if value > _MAX_PER_ELEMENT:
+        raise argparse.ArgumentTypeError(f"{value:g} per element is above the cap of "
+                                         f"{_MAX_PER_ELEMENT:g}")
     return value
+
+
+#: Reads, writes or operations per element of a generic elementwise kernel.
+_MAX_PER_ELEMENT = 1e6
 
 
 def _splits(text: str) -> int | str:
@@ -352,6 +363,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--launch", default="stream", choices=("stream", "graph", "eager"),
                        help="how kernels are launched: stream (timed per kernel, default), "
                             "graph (CUDA-graph replay), eager (one Python call)")
+        p.add_argument("--strict", action="store_true",
+                       help="refuse a spec that only warns (a peak it cannot cross-check)")
         cmd.add(p)
         p.set_defaults(func=run, op_name=name)
 

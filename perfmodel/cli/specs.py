@@ -9,16 +9,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
-from perfmodel._errors import PerfmodelError, SpecError
-from perfmodel._units import format_quantity
+from perfmodel._errors import PerfmodelError, PerfmodelWarning, SpecError
+from perfmodel._limits import clip_message
+from perfmodel._units import format_capacity, format_quantity
 from perfmodel.hardware.catalog import bundled_path, list_hardware, load_hardware
-from perfmodel.hardware.spec import HardwareSpec, quantity_kind
+from perfmodel.hardware.spec import HardwareSpec, MemorySpec, quantity_kind
 
 __all__ = ["register"]
 
@@ -32,8 +34,10 @@ _LIST_EPILOG = """examples:
   perfmodel specs list
   perfmodel specs list --json               {"specs": [...]} with SI numbers
 
-Peaks are dense (no 2:4 sparsity). The ridge point is dense bf16 peak / memory bandwidth:
-kernels with fewer FLOPs per byte than that are memory-bound on the device.
+Peaks are dense (no 2:4 sparsity). Memory is printed as vendors print it ("80 GB" is
+80 GiB) with the byte count beside it. The ridge point shown is the datasheet one (dense bf16
+peak / memory bandwidth): kernels with fewer FLOPs per byte are memory-bound on paper;
+'specs show' adds the achievable ridge (the rates predictions use).
 """
 
 _SHOW_EPILOG = """examples:
@@ -90,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p_show.add_argument("gpu", metavar="ID|FILE.yaml", help="bundled id, alias, or YAML path")
     p_show.add_argument("--json", action="store_true", help="print JSON (SI units) on stdout")
+    p_show.add_argument("--strict", action="store_true", help="refuse a spec that warns")
     p_show.set_defaults(func=run_show)
 
     p_validate = sub.add_parser(
@@ -99,6 +104,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p_validate.add_argument("files", metavar="FILE.yaml", nargs="+", help="spec files to check")
     p_validate.add_argument("--json", action="store_true", help="print JSON results on stdout")
+    p_validate.add_argument("--strict", action="store_true",
+                            help="treat warnings (a peak that cannot be cross-checked) as "
+                            "problems")
     p_validate.set_defaults(func=run_validate)
 
 
@@ -141,10 +149,10 @@ def run_list(args: argparse.Namespace) -> int:
         return "-" if value is None else format(value / scale, fmt)
 
     header = ["ID", "NAME", "MEMORY", "BANDWIDTH", "BF16 TFLOP/s", "FP8 TFLOP/s",
-              "BF16 RIDGE FLOP/B"]
+              "BF16 RIDGE (DATASHEET)"]
     table = [[
         row["id"], row["name"],
-        format_quantity(row["memory_capacity_bytes"], "bytes", digits=3),
+        format_capacity(row["memory_capacity_bytes"]),
         format_quantity(row["memory_bandwidth_bytes_per_s"], "bandwidth", digits=3),
         number(row["bf16_dense_flops_per_s"], 1e12, ".1f"),
         number(row["fp8_dense_flops_per_s"], 1e12, ".1f"),
@@ -152,8 +160,9 @@ def run_list(args: argparse.Namespace) -> int:
     ] for row in rows]
     for line in _table(header, table, right=(4, 5, 6)):
         print(line)
-    print("\npeaks are dense; ridge = dense peak / memory bandwidth. "
-          "'perfmodel specs show ID' for every field.")
+    print("\npeaks are dense; memory as vendors print it (GB = 2^30 bytes) with the bytes; "
+          "datasheet ridge = dense peak / memory bandwidth (FLOP/byte); 'perfmodel specs "
+          "show ID' gives the achievable ridge the predictions use, and every field.")
     return 0
 
 
@@ -190,7 +199,8 @@ def run_show(args: argparse.Namespace) -> int:
         out = {
             "file": path,
             "spec": hw.model_dump(mode="json"),
-            "derived": {"ridge_point_flop_per_byte": ridge_points(hw)},
+            "derived": {"ridge_point_flop_per_byte": ridge_points(hw),
+                        "achievable_ridge_point_flop_per_byte": achievable_ridge_points(hw)},
         }
         print(json.dumps(out, indent=2))
         return 0
@@ -237,18 +247,39 @@ def show_lines(hw: HardwareSpec, path: str = "") -> list[str]:
 def _peak_lines(hw: HardwareSpec) -> list[str]:
     unit_name = hw.compute.unit_name
     header = ["dtype", "dense peak", "unit", f"FLOPs/clock/{unit_name}", "sparse peak",
-              "ridge FLOP/B"]
+              "ridge: datasheet", "achievable"]
     rows: list[list[str]] = []
+    achievable = achievable_ridge_points(hw)
     for dt, pk in hw.peaks.items():
         per_clock = pk.flops_per_clock_per_unit
         rows.append([
             dt, _rate(pk.peak, dt), pk.unit,
             "-" if per_clock is None else f"{per_clock:g}",
-            _rate(pk.sparse_peak, dt), f"{hw.ridge_point(dt):.1f}",
+            _rate(pk.sparse_peak, dt), f"{hw.ridge_point(dt):.1f}", f"{achievable[dt]:.1f}",
         ])
-    lines = ["peaks (dense; ridge point = dense peak / memory bandwidth)"]
-    lines.extend("  " + line for line in _table(header, rows, right=(5,)))
+    lines = ["peaks (dense)"]
+    lines.extend("  " + line for line in _table(header, rows, right=(5, 6)))
+    lines.extend(textwrap.wrap(RIDGE_NOTE, width=96, initial_indent="  ",
+                               subsequent_indent="  "))
     return lines
+
+
+#: The two ridge points, said once wherever one is shown.
+RIDGE_NOTE = ("ridge point (FLOP/byte where a kernel turns compute-bound): datasheet = dense "
+              "peak / memory bandwidth; achievable = the rates predictions use (peak × compute "
+              "fraction × clock ratio) / (bandwidth × memory fraction)")
+
+
+def achievable_ridge_points(hw: HardwareSpec) -> dict[str, float]:
+    """Ridge point per dtype at the rates a GEMM prediction uses (achievable compute rate /
+    achievable bandwidth, calibration included), FLOP/byte."""
+    from perfmodel.timing.knobs import knobs_for
+
+    out: dict[str, float] = {}
+    for dt in hw.peaks:
+        k = knobs_for(hw, "gemm", dt)
+        out[dt] = k.rate / k.achievable_bandwidth
+    return out
 
 
 def _rate(value: float | None, dtype: str) -> str:
@@ -272,7 +303,11 @@ def _model_lines(model: BaseModel, indent: int) -> list[str]:
             lines.extend(_model_lines(value, indent + 1))
             continue
         default = "" if name in model.model_fields_set else "  (default)"
-        lines.append(f"{pad}{name:<{width}}{_format_value(value, quantity_kind(info))}{default}")
+        if isinstance(model, MemorySpec) and name == "capacity":
+            text = format_capacity(value, model.type)  # "80 GB HBM3 (85.9 × 10⁹ B)"
+        else:
+            text = _format_value(value, quantity_kind(info))
+        lines.append(f"{pad}{name:<{width}}{text}{default}")
     return lines
 
 
@@ -296,7 +331,7 @@ def run_validate(args: argparse.Namespace) -> int:
             hw = load_hardware(name)
         except SpecError as exc:
             results.append({"file": name, "ok": False, "id": None, "errors": exc.errors})
-        except PerfmodelError as exc:
+        except (PerfmodelError, PerfmodelWarning) as exc:
             results.append({"file": name, "ok": False, "id": None, "errors": [str(exc)]})
         else:
             results.append({"file": name, "ok": True, "id": hw.id, "errors": []})
@@ -307,7 +342,11 @@ def run_validate(args: argparse.Namespace) -> int:
             if not args.json:
                 print(f"ok: {result['id']}")
             continue
+        errors = [clip_message(e) for e in result["errors"]] or ["invalid spec"]
+        if len(errors) == 1:
+            print(f"error: {result['file']}: invalid spec: {errors[0]}", file=sys.stderr)
+            continue
         print(f"error: {result['file']}: invalid spec:", file=sys.stderr)
-        for line in result["errors"]:
+        for line in errors:
             print(f"  - {line}", file=sys.stderr)
     return 0 if all(r["ok"] for r in results) else 2

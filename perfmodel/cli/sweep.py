@@ -9,31 +9,41 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel._limits import MAX_SWEEP_POINTS
 from perfmodel.cli._model_args import (
     add_dtype_flags,
     add_memory_flags,
+    add_strict_flag,
+    batch_int,
     dtype_options,
     fmt_bytes,
     fmt_time,
     positive_int,
+    sweep_points,
     table,
+    token_int,
+    tp_int,
 )
+from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
 from perfmodel.sweeps import GROUPS, SweepResult, parse_values, sweep
 
 __all__ = ["register"]
 
 _EPILOG = """examples:
-  perfmodel sweep llama-2-7b --gpu a100-80gb-sxm --over prompt --values 128:32768:128
+  perfmodel sweep llama-3.1-8b --gpu a100-80gb-sxm --over prompt --values 128:32768:128
   perfmodel sweep llama-3.1-8b --gpu h100-sxm --over context --values 1024:1048576 \\
       --points 100 --log --batch 8 --plot context.png
   perfmodel sweep llama-2-7b --gpu h100-sxm --over batch --values 1:1024 --points 64 --log \\
       --context 4096 --format csv > batch.csv
   perfmodel sweep llama-3.1-70b --gpu h100-sxm --over tp --values 2,4,8 --json
 
-Values: a list (1,2,4,8), START:STOP:STEP (stop included), or START:STOP with --points
-(--log for geometric spacing). Phase: prefill for prompt sweeps, decode otherwise
-(--phase generate sweeps the whole request). Crossovers are interpolated between points.
+Values: a list (1,2,4,8), START:STOP:STEP (up to STOP, included when a step lands on it),
+or START:STOP with --points (--log for geometric spacing); at most 100,000 points. A value
+that starts with '-' needs '=': --values=-5:5. Points past the model's context window warn
+(--strict refuses them) and are shaded on the chart. Phase: prefill for prompt sweeps,
+decode otherwise (--phase generate sweeps the whole request). Crossovers are interpolated
+between points.
 """
 
 
@@ -48,22 +58,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--over", required=True, choices=("prompt", "context", "batch", "tp"))
     p.add_argument("--values", required=True, metavar="SPEC",
                    help="1,2,4 | START:STOP:STEP | START:STOP with --points")
-    p.add_argument("--points", type=positive_int, help="points between START:STOP")
+    p.add_argument("--points", type=sweep_points,
+                   help=f"points between START:STOP (at most {MAX_SWEEP_POINTS:,})")
     p.add_argument("--log", action="store_true", help="geometric spacing with --points")
     p.add_argument("--phase", choices=("prefill", "decode", "generate"),
                    help="default: prefill for --over prompt, decode otherwise")
-    p.add_argument("--batch", type=positive_int, default=1)
-    p.add_argument("--prompt", type=positive_int, default=2048)
-    p.add_argument("--context", type=positive_int, help="decode context (default --prompt)")
-    p.add_argument("--gen", type=positive_int, default=256, help="for --phase generate")
-    p.add_argument("--tp", type=positive_int, default=1)
+    p.add_argument("--batch", type=batch_int, default=1)
+    p.add_argument("--prompt", type=token_int, default=2048)
+    p.add_argument("--context", type=token_int, help="decode context (default --prompt)")
+    p.add_argument("--gen", type=token_int, default=256, help="for --phase generate")
+    p.add_argument("--tp", type=tp_int, default=1)
     add_dtype_flags(p)
     add_memory_flags(p)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument("--rows", type=positive_int, default=24,
                    help="table rows shown (evenly spread; csv/json give every point)")
-    p.add_argument("--plot", metavar="OUT.png", help="write the sweep chart")
+    p.add_argument("--plot", metavar="OUT.png", type=plot_path,
+                   help="write the sweep chart (.png, .svg or .pdf); a context window the "
+                   "sweep passes is marked")
+    add_strict_flag(p)
     p.set_defaults(func=run)
 
 
@@ -111,9 +125,10 @@ def _table(res: SweepResult, rows: int) -> None:
 def run(args: argparse.Namespace) -> int:
     values = parse_values(args.values, args.points, args.log)
     cfg = load_model(args.model)
+    check_plot_target(args.plot, args.model, args.gpu)
     res = sweep(cfg, args.gpu, args.over, values, phase=args.phase, batch=args.batch,
                 prompt_len=args.prompt, context_len=args.context, gen_len=args.gen,
-                tp=args.tp, **dtype_options(args))
+                tp=args.tp, strict=args.strict, **dtype_options(args))
     fmt = "json" if args.json else args.format
     if args.plot:
         from perfmodel.plots import plot_sweep

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel._errors import PerfmodelError
+from perfmodel.cli._paths import check_output
 
 __all__ = ["explain_cmd", "import_cmd", "register", "register_import"]
 
@@ -192,6 +193,7 @@ def import_cmd(args: argparse.Namespace) -> int:
         unmatched_summary,
     )
 
+    check_output(args.out, "--out", (args.file, args.gpu))  # before reading the trace
     capture, hw, notes = _load(args)
     groups = group_calls(capture)
     if not groups:

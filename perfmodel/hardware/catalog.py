@@ -6,20 +6,28 @@ raised as :class:`~perfmodel._errors.SpecError` with the full list in ``.errors`
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import functools
+import os
+import stat
 import sys
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from perfmodel._errors import PerfmodelError, SpecError
+from perfmodel._errors import PerfmodelError, PerfmodelWarning, SpecError
+from perfmodel._limits import MAX_RESIDUAL_ROWS, MAX_SPEC_BYTES, clip_message
+from perfmodel.hardware._yaml import YamlLimitError, load_bounded
 from perfmodel.hardware.spec import HardwareSpec
 
 __all__ = [
+    "allow_spec_dirs",
     "bundled_path",
     "format_validation_error",
     "list_hardware",
@@ -140,7 +148,9 @@ class _StrictLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, str) and key in seen:
+            if not isinstance(key, str):
+                continue  # numbers, and unhashable keys SafeLoader itself refuses
+            if key in seen:
                 raise _DuplicateKeyError(
                     "while reading a mapping", node.start_mark,
                     f"duplicate key '{key}'", key_node.start_mark,
@@ -151,27 +161,46 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError(str(path), [f"{path} is not a regular file (a folder or a device);"
+                                        " pass a spec YAML file"])
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise SpecError(str(path), [
+                f"more than {MAX_SPEC_BYTES:,} bytes, far more than a spec can be "
+                "(perfmodel._limits.MAX_SPEC_BYTES); pass a spec YAML file"])
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(str(path), [f"file not found: {path}"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(str(path), [f"cannot read {path}: {exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(str(path), [
+            f"not UTF-8 text (byte {exc.start} cannot be decoded); a spec is a YAML text "
+            "file: save it as UTF-8"]) from None
+    except OSError as exc:
+        raise SpecError(str(path), [f"cannot read {path}: {exc.strerror or exc}"]) from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds no Python objects
+        # a SafeLoader (builds no Python objects), alias expansion and depth bounded
+        data = load_bounded(text, _StrictLoader)
+    except YamlLimitError as exc:
+        raise SpecError(str(path), [f"refused: {exc}"]) from None
     except _DuplicateKeyError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}" if mark else ""
-        raise SpecError(str(path), [f"{exc.problem}{where}; keep one of them"]) from None
+        raise SpecError(str(path), [f"{clip_message(str(exc.problem), 120)}{where}; keep one "
+                                    "of them"]) from None
     except yaml.constructor.ConstructorError as exc:
         raise SpecError(str(path), [
-            f"unsafe or unknown YAML tag ({exc.problem}); specs are plain YAML: remove tags such "
+            f"unsafe or unknown YAML tag ({clip_message(str(exc.problem), 120)}); specs are "
+            "plain YAML: remove tags such "
             "as !!python/object"
         ]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(str(path), [f"malformed YAML{where}: {getattr(exc, 'problem', exc)}"]) \
-            from None
+        problem = clip_message(str(getattr(exc, "problem", None) or exc))
+        raise SpecError(str(path), [f"malformed YAML{where}: {problem}"]) from None
     if data is None:
         raise SpecError(str(path), ["the file is empty; a spec needs id, name, vendor, arch, "
                                     "compute, peaks, memory and sources"])
@@ -203,7 +232,7 @@ def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
         raise SpecError(str(path), [
             "extends: must be a bundled id (e.g. h100-sxm) or a path to a YAML file"
         ])
-    parent_path = _locate_parent(parent, path)
+    parent_path = _locate_parent(parent, path, chain)
     key = str(parent_path.resolve())
     if key in chain:
         cycle = " -> ".join([*chain, key])
@@ -212,19 +241,64 @@ def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
     return _deep_merge(base, data)
 
 
-def _locate_parent(name: str, child: Path) -> Path:
+#: Extra folders ``extends:`` may read from, besides the bundled catalogue and the folders
+#: of the files being loaded: the CLI's ``--spec-dir`` sets it for one command (see
+#: :func:`allow_spec_dirs`); ``PERFMODEL_SPEC_PATH`` (folders separated by os.pathsep) adds
+#: more.
+_EXTRA_SPEC_DIRS: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar(
+    "perfmodel_extra_spec_dirs", default=())
+
+
+@contextlib.contextmanager
+def allow_spec_dirs(*dirs: str | Path) -> Iterator[None]:
+    """Within the block, ``extends:`` may also name spec files under ``dirs``.
+
+    By default ``extends:`` reads only the bundled catalogue, the folder of the file that
+    extends, and the folder of the file first loaded, so that a spec cannot make perfmodel
+    read (and echo in its errors) an arbitrary file such as ``/etc/passwd``. The setting is
+    a context variable: it holds for this thread (or task) only.
+    """
+    token = _EXTRA_SPEC_DIRS.set((*_EXTRA_SPEC_DIRS.get(),
+                                  *(Path(d).expanduser().resolve() for d in dirs)))
+    try:
+        yield
+    finally:
+        _EXTRA_SPEC_DIRS.reset(token)
+
+
+def _spec_roots(child: Path, chain: tuple[str, ...]) -> list[Path]:
+    roots = [specs_dir().resolve(), child.resolve().parent]
+    if chain:
+        roots.append(Path(chain[0]).parent)
+    roots.extend(_EXTRA_SPEC_DIRS.get())
+    env = os.environ.get("PERFMODEL_SPEC_PATH", "")
+    roots.extend(Path(d).expanduser().resolve() for d in env.split(os.pathsep) if d.strip())
+    return roots
+
+
+def _locate_parent(name: str, child: Path, chain: tuple[str, ...] = ()) -> Path:
     """Path of the spec named by ``extends: name`` in the file ``child``.
 
     A name ending in .yaml/.yml (or with a slash) is a path, relative to the folder of
-    ``child``; anything else is a bundled id or alias.
+    ``child``; anything else is a bundled id or alias. A path must name a .yaml/.yml file
+    inside a spec folder (:func:`allow_spec_dirs`), after following symbolic links.
     """
     if name.endswith((".yaml", ".yml")) or "/" in name:
+        shown = clip_message(repr(name), 120)
         candidate = Path(name).expanduser()
         if not candidate.is_absolute():
             candidate = child.parent / candidate
+        real = candidate.resolve()
+        roots = _spec_roots(child, chain)
+        if real.suffix not in (".yaml", ".yml") or not any(
+                real == r or r in real.parents for r in roots):
+            raise SpecError(str(child), [
+                f"extends: {shown} is not a .yaml file in a spec folder (the bundled "
+                "catalogue, the folder of the file that extends or of the file loaded); move "
+                "it there, or allow its folder: perfmodel --spec-dir DIR"])
         if not candidate.is_file():
             raise SpecError(str(child), [
-                f"extends: no file {name!r} (looked for {candidate}); paths are relative to "
+                f"extends: no file {shown} (looked for {candidate}); paths are relative to "
                 "the folder of the file that extends"
             ])
         return candidate
@@ -241,25 +315,55 @@ _SHOW_INPUT = ("int_", "float_", "string_", "bool_", "dict_", "list_", "literal_
 def format_validation_error(exc: ValidationError) -> list[str]:
     """Turn a pydantic error into lines ``field.path: problem (fix)``."""
     lines: list[str] = []
+    listed: set[tuple[Any, ...]] = set()  # blocks whose allowed fields were already listed
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
         kind = err["type"]
         msg = err["msg"].removeprefix("Value error, ")
         if kind == "extra_forbidden":
             field = str(err["loc"][-1])
-            msg = f"unknown field '{field}'"
+            msg = f"unknown field '{clip_message(field, 60)}'"
             known = _known_fields(err["loc"][:-1])
             close = difflib.get_close_matches(field, known, n=1)
-            msg += f"; did you mean '{close[0]}'?" if close else f"; allowed: {', '.join(known)}"
+            if close:
+                msg += f"; did you mean '{close[0]}'?"
+            elif tuple(err["loc"][:-1]) not in listed:
+                listed.add(tuple(err["loc"][:-1]))
+                msg += f"; allowed: {', '.join(known)}"
         elif kind == "missing":
             msg = "required field is missing"
         elif kind in ("greater_than", "greater_than_equal"):
-            msg = f"{msg} (got {err.get('input')!r}); sizes, rates and capacities must be positive"
+            msg = (f"{msg} (got {_shown(err.get('input'))}); sizes, rates and capacities must "
+                   "be positive")
+        elif kind == "less_than_equal":
+            msg = f"{msg} (got {_shown(err.get('input'))})" + _percent_hint(err)
         elif kind.startswith(_SHOW_INPUT):
-            msg = f"{msg} (got {err.get('input')!r})"
+            msg = f"{msg} (got {_shown(err.get('input'))})"
         for part in msg.splitlines():
-            lines.append(f"{loc}: {part}" if loc else part)
+            lines.append(clip_message(f"{loc}: {part}" if loc else part))
+    if len(lines) > _MAX_LINES:
+        lines = [*lines[:_MAX_LINES], f"(+{len(lines) - _MAX_LINES} more problems not shown)"]
     return lines
+
+
+#: Problems listed per spec; a file with more is mostly not a spec.
+_MAX_LINES = 20
+
+
+def _shown(value: object) -> str:
+    """A value echoed in an error, cut short (it may be a large or foreign document)."""
+    return clip_message(repr(value), 80)
+
+
+def _percent_hint(err: Any) -> str:
+    """For a fraction written as a percentage (``memory: 88``), the fraction meant."""
+    value, ctx = err.get("input"), err.get("ctx") or {}
+    limit = ctx.get("le")
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and isinstance(limit, (int, float)) and limit < value <= 100 and limit <= 1.5):
+        return (f"; a fraction, not a percentage: write {value / 100:g} or "
+                f"'{value:g} %'")
+    return ""
 
 
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:
@@ -286,16 +390,39 @@ def _known_fields(loc: tuple[Any, ...]) -> list[str]:
 def spec_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> HardwareSpec:
     """Validate a mapping (already merged) as a :class:`HardwareSpec`."""
     try:
-        return HardwareSpec.model_validate(dict(data))
+        spec = HardwareSpec.model_validate(dict(data))
     except ValidationError as exc:
         raise SpecError(source, format_validation_error(exc)) from None
+    tables = spec.calibration.residuals if spec.calibration else {}
+    big = [f"calibration.residuals.{clip_message(key, 60)}: {len(rows):,} rows, more than "
+           f"{MAX_RESIDUAL_ROWS:,} (perfmodel._limits.MAX_RESIDUAL_ROWS); refit with "
+           "'perfmodel calibrate fit', which writes at most 601"
+           for key, rows in tables.items() if len(rows) > MAX_RESIDUAL_ROWS]
+    if big:
+        raise SpecError(source, big)
+    return spec
 
 
 def load_hardware_file(path: str | Path) -> HardwareSpec:
-    """Read, merge (``extends``) and validate the YAML spec at ``path``."""
+    """Read, merge (``extends``) and validate the YAML spec at ``path``.
+
+    A spec outside the bundled catalogue with a tensor peak that has no
+    ``flops_per_clock_per_unit`` issues a :class:`PerfmodelWarning`: without it, a 2:4
+    sparse figure (twice the dense one) cannot be told from a dense one.
+    """
     p = Path(path)
     data = _raw_with_extends(p, (str(p.resolve()),))
-    return spec_from_dict(data, source=str(p))
+    spec = spec_from_dict(data, source=str(p))
+    if specs_dir().resolve() not in p.resolve().parents:
+        unchecked = [dt for dt, pk in spec.peaks.items()
+                     if pk.unit == "tensor" and pk.flops_per_clock_per_unit is None]
+        if unchecked:
+            warnings.warn(PerfmodelWarning(
+                f"{p.name}: peaks", f"{', '.join(unchecked)} not cross-checked: without "
+                "flops_per_clock_per_unit a 2:4-sparse figure cannot be told from a dense "
+                "one", "add flops_per_clock_per_unit (dense) or make sure the peaks are "
+                "dense"), stacklevel=2)
+    return spec
 
 
 @functools.lru_cache(maxsize=128)

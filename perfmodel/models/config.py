@@ -11,12 +11,21 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-from perfmodel._errors import PerfmodelError
+from perfmodel._errors import PerfmodelError, PerfmodelWarning
+from perfmodel._limits import MAX_LAYERS, MAX_MODEL_DIM, MAX_TOKENS, MAX_VOCAB, clip_message
 from perfmodel.dtypes import DType
 
 __all__ = [
@@ -24,8 +33,21 @@ __all__ = [
     "num_params", "param_counts", "presets_dir",
 ]
 
-Pos = Annotated[int, Field(gt=0)]
-NonNeg = Annotated[int, Field(ge=0)]
+# Caps (perfmodel._limits) keep an absurd config (10⁹ layers) from printing 25-digit
+# parameter counts; each is far beyond any published model.
+def _not_bool(value: Any) -> Any:
+    """JSON ``true`` is not the number 1 here (pydantic would take it as 1 layer)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a whole number, got {str(value).lower()}")
+    return value
+
+
+_NB = BeforeValidator(_not_bool)
+Pos = Annotated[int, _NB, Field(gt=0, le=MAX_MODEL_DIM)]
+NonNeg = Annotated[int, _NB, Field(ge=0, le=MAX_MODEL_DIM)]
+Layers = Annotated[int, _NB, Field(gt=0, le=MAX_LAYERS)]
+Vocab = Annotated[int, _NB, Field(gt=0, le=MAX_VOCAB)]
+Positions = Annotated[int, _NB, Field(gt=0, le=int(MAX_TOKENS))]
 
 
 class TransformerConfig(BaseModel):
@@ -41,7 +63,7 @@ class TransformerConfig(BaseModel):
     """Preset id or the file it came from."""
     hidden_size: Pos
     """Model width h."""
-    num_layers: Pos
+    num_layers: Layers
     num_heads: Pos
     """Query heads H_q."""
     num_kv_heads: Pos
@@ -53,13 +75,14 @@ class TransformerConfig(BaseModel):
     gated_mlp: bool = True
     """Gate and up projections with activation(gate)·up (SwiGLU/GeGLU), else up → act."""
     activation: Literal["silu", "gelu", "relu"] = "silu"
-    vocab_size: Pos
+    vocab_size: Vocab
     tie_embeddings: bool = False
     """LM head shares the embedding matrix (not counted twice)."""
     norm: Literal["rms", "layer"] = "rms"
     """RMSNorm (weight) or LayerNorm (weight and bias)."""
     rotary: bool = True
-    max_position_embeddings: Pos | None = None
+    max_position_embeddings: Positions | None = None
+    """The model's context window (positions it was trained for); longer contexts warn."""
     qkv_bias: bool = False
     """Biases on the Q, K and V projections (Qwen2, gpt-oss)."""
     o_bias: bool = False
@@ -67,9 +90,9 @@ class TransformerConfig(BaseModel):
     """Biases on the MLP / expert projections (gpt-oss experts)."""
     attention_sinks: bool = False
     """One learned sink logit per head and layer (gpt-oss)."""
-    sliding_window: Pos | None = None
+    sliding_window: Positions | None = None
     """Keys a sliding-window layer attends to (and keeps in its KV cache)."""
-    num_sliding_layers: NonNeg = 0
+    num_sliding_layers: Annotated[int, _NB, Field(ge=0, le=MAX_LAYERS)] = 0
     """Layers using ``sliding_window``; the others attend to the whole context."""
     num_experts: NonNeg = 0
     """Routed experts per MoE layer (0: dense model)."""
@@ -231,7 +254,11 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     (multi-head latent attention, learned absolute positions) are refused by name.
     """
     if "text_config" in d and "hidden_size" not in d:
+        if not isinstance(d["text_config"], dict):
+            raise PerfmodelError(f"{name}: text_config", "expected a JSON object",
+                                 "check the file is a Hugging Face config.json")
         d = {**d["text_config"], "_source": d.get("_source", "")}
+    _check_architecture(d, name)
     mtype = str(d.get("model_type", "")).lower()
     if d.get("kv_lora_rank") is not None:
         raise PerfmodelError(f"{name}: kv_lora_rank", "multi-head latent attention (DeepSeek "
@@ -248,20 +275,27 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     if inter is None:
         if gated:
             _req(d, name, "intermediate_size")
-        inter = 4 * int(hidden)
+        inter = 4 * _whole(hidden, "hidden_size", name)
     layer_types = d.get("layer_types")
     window = d.get("sliding_window")
     if isinstance(layer_types, list):
         sliding = sum(1 for t in layer_types if "sliding" in str(t))
     elif mtype.startswith(("qwen2", "qwen3")):
         use = bool(d.get("use_sliding_window", False))
-        layers_ = int(_req(d, name, "num_hidden_layers", "n_layer"))
-        sliding = layers_ - int(d.get("max_window_layers", layers_)) if use else 0
+        layers_ = _whole(_req(d, name, "num_hidden_layers", "n_layer"), "num_hidden_layers",
+                         name)
+        sliding = layers_ - _whole(d.get("max_window_layers", layers_), "max_window_layers",
+                                   name) if use else 0
     else:
-        sliding = int(_req(d, name, "num_hidden_layers", "n_layer")) if window else 0
-    experts = int(d.get("num_local_experts", d.get("num_experts", d.get("n_routed_experts", 0)))
-                  or 0)
+        sliding = _whole(_req(d, name, "num_hidden_layers", "n_layer"), "num_hidden_layers",
+                         name) if window else 0
+    experts = _whole(d.get("num_local_experts", d.get("num_experts", d.get("n_routed_experts",
+                                                                            0))) or 0,
+                     "num_local_experts", name)
     quant = d.get("quantization_config") or {}
+    if not isinstance(quant, dict):
+        raise PerfmodelError(f"{name}: quantization_config", "expected a JSON object",
+                             "remove it or write it as Hugging Face does")
     method = str(quant.get("quant_method", "")).lower()
     wdt = _TORCH_DTYPES.get(str(d.get("torch_dtype", d.get("dtype", "bfloat16"))), "bf16")
     if method == "fp8":
@@ -291,11 +325,13 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         "sliding_window": window if sliding else None,
         "num_sliding_layers": sliding,
         "num_experts": experts,
-        "experts_per_token": int(d.get("num_experts_per_tok", d.get("experts_per_token", 0))
-                                 or 0) if experts else 0,
+        "experts_per_token": _whole(d.get("num_experts_per_tok", d.get("experts_per_token",
+                                                                          0)) or 0,
+                                    "num_experts_per_tok", name) if experts else 0,
         "expert_intermediate_size": d.get("moe_intermediate_size") if experts else None,
-        "shared_expert_intermediate_size": int(d.get("shared_expert_intermediate_size", 0)
-                                               or 0) if experts else 0,
+        "shared_expert_intermediate_size": _whole(
+            d.get("shared_expert_intermediate_size", 0) or 0, "shared_expert_intermediate_size",
+            name) if experts else 0,
         "router_bias": mtype == "gpt_oss",
         "weight_dtype": wdt,
         "expert_weight_dtype": "fp4" if experts and method == "mxfp4" else None,
@@ -310,10 +346,78 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         raise _as_error(exc, name) from None
 
 
+_CAPS = {"num_layers": "MAX_LAYERS", "num_sliding_layers": "MAX_LAYERS",
+         "vocab_size": "MAX_VOCAB", "max_position_embeddings": "MAX_TOKENS",
+         "sliding_window": "MAX_TOKENS"}
+
+
+def _whole(value: Any, key: str, name: str) -> int:
+    """A config.json integer (``4096`` or ``4096.0``), else an error naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value in (float("inf"), float("-inf")) or value != int(value):
+        raise PerfmodelError(f"{name}: {key}", f"expected a whole number, got "
+                             f"{clip_message(repr(value), 60)}", "fix the value in the file")
+    return int(value)
+
+
+#: Hugging Face model types and architectures that are not a stack of attention + MLP
+#: blocks (state-space, recurrent, hybrid) or not decoder-only; the cost model would
+#: silently treat them as Llama. Matched as substrings of model_type / architectures.
+_NOT_MODELLED = ("mamba", "rwkv", "jamba", "zamba", "bamba", "falcon_h1", "falconh1",
+                 "nemotron_h", "nemotronh", "recurrent_gemma", "recurrentgemma", "griffin",
+                 "xlstm", "retnet", "hyena", "striped", "lfm2", "plamo2", "hybrid", "ssm",
+                 "t5", "bart", "pegasus", "whisper", "bert", "electra", "encoder", "vit",
+                 "clip", "siglip")
+#: Keys only state-space (Mamba-style) configs carry.
+_SSM_KEYS = ("state_size", "ssm_cfg", "d_state", "mamba_d_state", "ssm_state_size",
+             "conv_kernel", "time_step_rank", "attn_layer_indices", "attn_layer_period")
+#: Model types known to be the decoder-only block the cost model describes.
+_KNOWN_TYPES = _GATED_TYPES | {"phi", "phimoe", "gpt_neox", "falcon", "stablelm", "mpt",
+                               "cohere", "cohere2", "starcoder2", "exaone", "minicpm",
+                               "baichuan", "dbrx", "olmoe", "mistral3", "gemma3",
+                               "gemma3_text", "llama4_text", "ministral"}
+
+
+def _check_architecture(d: dict[str, Any], name: str) -> None:
+    """Refuse configs of architectures the cost model cannot describe (module constants);
+    warn for an unknown or missing model_type (modelled as a Llama-like decoder)."""
+    mtype = str(d.get("model_type", "")).lower()
+    archs = d.get("architectures")
+    arch_names = [str(a) for a in archs] if isinstance(archs, list) else []
+    for text, key in ((mtype, "model_type"), *((a.lower(), "architectures")
+                                                for a in arch_names)):
+        hit = next((w for w in _NOT_MODELLED if w in text.replace("-", "_")), None)
+        if hit is not None:
+            shown = clip_message(text, 60)
+            raise PerfmodelError(f"{name}: {key}", f"{shown!r} is not a decoder-only "
+                                 "transformer of attention and MLP blocks (state-space, "
+                                 "recurrent, hybrid or encoder models are not modelled)",
+                                 "use a Llama-like model (perfmodel model --list)")
+    ssm = [k for k in _SSM_KEYS if k in d]
+    if ssm or d.get("is_encoder_decoder") is True:
+        what = f"has {ssm[0]!r}, a state-space key" if ssm else "is an encoder-decoder"
+        raise PerfmodelError(f"{name}: {ssm[0] if ssm else 'is_encoder_decoder'}",
+                             f"the model {what}; only decoder-only transformers are modelled",
+                             "use a Llama-like model (perfmodel model --list)")
+    if mtype not in _KNOWN_TYPES:
+        said = f"model_type {clip_message(mtype, 40)!r} is not" if mtype else "no model_type;"
+        warnings.warn(PerfmodelWarning(
+            f"{name}: model_type", f"{said} one of the known Llama-like types: modelled as "
+            "norm, attention, MLP blocks (check the layout matches)",
+            "set model_type, e.g. llama"), stacklevel=3)
+
+
 def _as_error(exc: ValidationError, name: str) -> PerfmodelError:
     err = exc.errors()[0]
     loc = ".".join(str(x) for x in err.get("loc", ())) or "config"
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if err.get("type") == "less_than_equal":
+        cap = _CAPS.get(loc, "MAX_MODEL_DIM")
+        msg = (f"{clip_message(repr(err.get('input')), 40)} is above the cap "
+               f"({msg.removeprefix('Input should be ')}, perfmodel._limits.{cap}); no "
+               "published model comes near it")
+    elif str(err.get("type", "")).startswith(("int_", "bool_", "literal_", "string_")):
+        msg += f" (got {clip_message(repr(err.get('input')), 60)})"
     more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return PerfmodelError(f"{name}: {loc}", msg + more, "fix the value in the config file")
 
@@ -360,6 +464,36 @@ def _resolve(name: str) -> str | None:
     return None
 
 
+#: Size of a config.json read: 16 MiB (a real one is a few kB).
+_MAX_CONFIG_BYTES = 16 * 2**20
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON document at ``path``; :class:`PerfmodelError` naming the file otherwise."""
+    fix = "pass a Hugging Face config.json (UTF-8 JSON)"
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(_MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise PerfmodelError(str(path), f"cannot read ({exc.strerror or exc})", fix) from None
+    if len(raw) > _MAX_CONFIG_BYTES:
+        raise PerfmodelError(str(path), f"more than {_MAX_CONFIG_BYTES:,} bytes: not a "
+                             "config.json", fix)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PerfmodelError(str(path), f"not UTF-8 text (byte {exc.start} cannot be "
+                             "decoded)", fix) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PerfmodelError(str(path), f"not valid JSON ({exc.msg}, line {exc.lineno})",
+                             "check the file is a config.json") from None
+    except (ValueError, RecursionError) as exc:  # 5,000-digit integers, 10⁵-deep nesting
+        raise PerfmodelError(str(path), f"not a usable JSON document "
+                             f"({clip_message(str(exc), 80)})", fix) from None
+
+
 def load_model(name_or_path: str | Path | TransformerConfig) -> TransformerConfig:
     """A bundled preset by id (``llama-2-7b``; Hugging Face repo ids work too) or a
     Hugging Face ``config.json`` on disk. A config passes through unchanged."""
@@ -374,12 +508,7 @@ def load_model(name_or_path: str | Path | TransformerConfig) -> TransformerConfi
         if not path.is_file():
             raise PerfmodelError("model", f"no such file: {path}",
                                  "pass a preset id (perfmodel model --list) or a config.json")
-        try:
-            with path.open(encoding="utf-8") as fh:
-                d = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise PerfmodelError(str(path), f"not valid JSON ({exc.msg}, line {exc.lineno})",
-                                 "check the file is a config.json") from None
+        d = _read_json(path)
         if not isinstance(d, dict):
             raise PerfmodelError(str(path), "expected a JSON object", "pass a config.json")
         return from_hf_dict(d, name=path.name if path.name != "config.json" else str(path))

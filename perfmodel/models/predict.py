@@ -16,12 +16,14 @@ Definitions (what the numbers mean):
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from perfmodel._errors import PerfmodelError
+from perfmodel._errors import PerfmodelError, PerfmodelWarning
+from perfmodel._limits import MAX_BATCH, MAX_TOKENS, MAX_TP, check_count, clip_message
 from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
@@ -38,7 +40,8 @@ from perfmodel.models.rows import NUMERIC, OpRow, PhaseResult, aggregate, label_
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
 
-__all__ = ["ModelPrediction", "OpRow", "PhaseResult", "predict_model", "resolve_dtypes"]
+__all__ = ["ModelPrediction", "OpRow", "PhaseResult", "check_context", "predict_model",
+           "resolve_dtypes"]
 
 PhaseName = Literal["prefill", "decode", "generate"]
 
@@ -192,6 +195,48 @@ def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str
     return tuple(out)
 
 
+def _bounded(value: Any, name: str, maximum: float, minimum: float = 1.0,
+             cap: str = "") -> Array:
+    """``value`` as a float array, every element a whole number in [minimum, maximum]."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise PerfmodelError(name, f"expected a whole number or an array, got "
+                             f"{clip_message(repr(value), 60)}", "pass e.g. 512")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise PerfmodelError(name, f"cannot read {clip_message(repr(value), 60)} as numbers",
+                             "pass a whole number or a numeric array") from None
+    if arr.size == 0:
+        raise PerfmodelError(name, "empty array", "pass at least one value")
+    bad = ~np.isfinite(arr) | (arr < minimum) | (arr != np.round(arr)) | (arr > maximum)
+    if np.any(bad):
+        v = float(arr[bad].flat[0])
+        check_count(v, name, maximum, minimum=minimum, what=f"perfmodel._limits.{cap}")
+    return arr
+
+
+def check_context(cfg: TransformerConfig, context: Any, *, strict: bool = False) -> str:
+    """"" if ``context`` (tokens held at the end: prompt + generated) stays within the
+    model's window, else a sentence saying by how much, issued as a
+    :class:`PerfmodelWarning` (or raised as :class:`PerfmodelError` with ``strict``)."""
+    window = cfg.max_position_embeddings
+    if window is None:
+        return ""
+    ctx = np.asarray(context, dtype=np.float64)
+    over = ctx > window
+    if not np.any(over):
+        return ""
+    longest = float(np.max(ctx))
+    count = f"{int(np.sum(over)):,} of {ctx.size:,} points reach" if ctx.size > 1 else "reaches"
+    problem = (f"context {count} {longest:,.0f} tokens, past {cfg.name}'s "
+               f"{window:,}-position window: the model was not trained for it")
+    if strict:
+        raise PerfmodelError("context", problem, f"keep prompt + generated ≤ {window:,}")
+    warnings.warn(PerfmodelWarning("context", problem + "; predicted anyway",
+                                   f"keep prompt + generated ≤ {window:,}"), stacklevel=3)
+    return problem + " (predicted anyway: kernel costs do not depend on it)"
+
+
 def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   phase: PhaseName = "prefill", batch: Any = 1, prompt_len: Any = None,
                   context_len: Any = None, gen_len: Any = None, cached_prefix: Any = 0,
@@ -200,7 +245,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   expert_dtype: str | None = None, attention_impl: str = "flash",
                   decode_points: int = 5, reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
                   reserve_bytes: float = DEFAULT_RESERVE_BYTES,
-                  engine: str = "none") -> ModelPrediction:
+                  strict: bool = False, engine: str = "none") -> ModelPrediction:
     """Predict a transformer's prefill, decode step, or whole generation on ``hw``.
 
     Parameters
@@ -214,6 +259,10 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         ``gen_len``, the tokens generated including the first).
     batch, prompt_len, context_len, gen_len, cached_prefix, tp:
         Numbers or numpy arrays; arrays broadcast together (one vectorised pass).
+        ``cached_prefix`` is the part of the prompt already in the KV cache (prefix
+        caching): the prefill computes the other ``prompt_len − cached_prefix`` tokens, so
+        it must be below ``prompt_len``. Capped (perfmodel._limits): tokens ≤ 2³¹, batch
+        ≤ 2²⁴, tp ≤ 2¹⁶.
     weight_dtype, activation_dtype, kv_dtype, expert_dtype:
         Storage dtypes, chosen independently (see :func:`resolve_dtypes` for defaults).
     attention_impl:
@@ -222,6 +271,11 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         Context points for the TPOT average (``generate``).
     reserve_fraction, reserve_bytes:
         Memory held back: fraction of capacity plus bytes.
+    strict:
+        A context longer than the model's window (``max_position_embeddings``) raises
+        :class:`PerfmodelError`; by default it is predicted (the cost of the kernels does
+        not depend on what the model was trained for) with a :class:`PerfmodelWarning` and
+        a line in ``assumptions``.
     engine:
         ``none`` (engine-neutral: each op one kernel of the architecture's native kind) or
         ``trtllm``/``vllm``/``sglang``: the kernels, fusions and bookkeeping that engine runs
@@ -239,12 +293,12 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     def need(value: Any, name: str) -> Array:
         if value is None:
             raise PerfmodelError(name, f"required for phase={phase!r}", f"pass {name}=...")
-        return np.asarray(value, dtype=np.float64)
+        return _bounded(value, name, MAX_TOKENS, cap="MAX_TOKENS")
 
     nan = np.nan
-    b = np.asarray(batch, dtype=np.float64)
-    t = np.asarray(tp, dtype=np.float64)
-    c0 = np.asarray(cached_prefix, dtype=np.float64)
+    b = _bounded(batch, "batch", MAX_BATCH, cap="MAX_BATCH")
+    t = _bounded(tp, "tp", MAX_TP, cap="MAX_TP")
+    c0 = _bounded(cached_prefix, "cached_prefix", MAX_TOKENS, minimum=0.0, cap="MAX_TOKENS")
     prefill_res = decode_res = None
     notes: list[str] = []
     if phase == "decode":
@@ -261,16 +315,18 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     else:
         p = need(prompt_len, "prompt_len")
         g = need(gen_len, "gen_len") if phase == "generate" else np.asarray(1.0)
-        if np.any(g < 1) or np.any(g != np.round(g)):
-            raise PerfmodelError("gen_len", "must be whole numbers ≥ 1", "e.g. gen_len=256")
+        if np.any(c0 >= p):
+            raise PerfmodelError("cached_prefix", "must be smaller than prompt_len (the "
+                                 "cached prefix is part of the prompt; at least the last "
+                                 "prompt token is computed)", "e.g. cached_prefix=prompt_len-1")
         shape = np.broadcast_shapes(b.shape, p.shape, g.shape, t.shape, c0.shape)
-        graphs = [(prefill_graph(cfg, b, p, c0, t, dt, attention_impl), shape)]
+        graphs = [(prefill_graph(cfg, b, p - c0, c0, t, dt, attention_impl), shape)]
         p_len, g_len = p * np.ones(shape), g * np.ones(shape)
-        ctx = c0 + p + g - 1.0  # KV cache after the last step
+        ctx = p + g - 1.0  # KV cache after the last step
         weights = None
         if phase == "generate":
             frac = np.linspace(0.0, 1.0, decode_points)
-            first = c0 + p + 1.0
+            first = p + 1.0
             span = np.maximum(g - 2.0, 0.0)
             ctx_pts = np.round(first[..., None] + span[..., None] * frac) * np.ones(
                 (*shape, decode_points))
@@ -284,14 +340,17 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         timings, notes = evaluate_graphs(graphs, spec, engine)
         prefill_res = aggregate(timings[0], "prefill")
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
-        lat, e2e, tps, tpot = ttft, ttft, b * p / ttft, np.full(shape, nan)
+        lat, e2e, tps, tpot = ttft, ttft, b * (p - c0) / ttft, np.full(shape, nan)
         if phase == "generate":
             decode_res = aggregate(timings[1], "decode", weights)
             tpot = np.where(g > 1, np.asarray(decode_res.latency_s), nan)
             e2e = ttft + np.where(g > 1, (g - 1.0) * np.asarray(decode_res.latency_s), 0.0)
             lat, tps = e2e, b * g / e2e
-        mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, p, t, dt, reserve_fraction,
-                              reserve_bytes)
+        mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, p - c0, t, dt,
+                              reserve_fraction, reserve_bytes)
+    window = check_context(cfg, ctx, strict=strict)
+    if window:
+        notes = [*notes, window]
     return ModelPrediction(
         model=cfg.name, hardware=spec.id, phase=phase, batch=as_value(b * np.ones(shape)),
         prompt_len=as_value(p_len), context_len=as_value(ctx * np.ones(shape)),

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_SIZE
 
 __all__ = ["Array", "Cost", "as_size", "broadcast_fields"]
 
@@ -92,7 +93,8 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
     """Convert a shape field to a float64 array and check it.
 
     Raises :class:`PerfmodelError` naming ``name`` if any element is NaN, infinite, below
-    ``minimum`` (sizes must be ≥ 1) or, with ``integer``, not a whole number.
+    ``minimum`` (sizes must be ≥ 1), above :data:`~perfmodel._limits.MAX_SIZE` or, with
+    ``integer``, not a whole number.
     """
     if type(value) is int or type(value) is float:  # fast path for plain scalars
         v = float(value)
@@ -103,6 +105,8 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
                                  "sizes are positive counts")
         if integer and v != round(v):
             raise PerfmodelError(name, f"must be a whole number, got {v:g}", "pass integers")
+        if v > MAX_SIZE:
+            _too_large(name, v)
         return np.asarray(v)
     if isinstance(value, (str, bytes)) or value is None:
         raise PerfmodelError(name, f"expected a number or an array, got {value!r}",
@@ -123,7 +127,14 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
     if integer and np.any(arr != np.round(arr)):
         bad = float(arr[arr != np.round(arr)].flat[0])
         raise PerfmodelError(name, f"must be a whole number, got {bad:g}", "pass integers")
+    if np.any(arr > MAX_SIZE):
+        _too_large(name, float(arr.max()))
     return arr
+
+
+def _too_large(name: str, value: float) -> None:
+    raise PerfmodelError(name, f"{value:.4g} is above the cap of {MAX_SIZE:.4g} (2^53, the "
+                         "largest integer a float64 holds exactly)", "pass a realistic size")
 
 
 def broadcast_fields(**arrays: Array) -> tuple[int, ...]:
