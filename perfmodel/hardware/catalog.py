@@ -238,7 +238,37 @@ def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
         cycle = " -> ".join([*chain, key])
         raise SpecError(str(path), [f"extends: cycle detected ({cycle}); remove one extends"])
     base = _raw_with_extends(parent_path, (*chain, key))
-    return _deep_merge(base, data)
+    return _deep_merge(_inherited_provenance(base, data), data)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _inherited_provenance(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` (a parent spec) with its efficiency provenance rewritten for a child that
+    ``extends`` it: a figure the child inherits is ``family: <parent id>``; a figure the child
+    sets again loses the parent's provenance (the child states its own, or none)."""
+    eff = _mapping(base.get("efficiency"))
+    prov = _mapping(eff.get("provenance"))
+    if not prov:
+        return dict(base)
+    child_eff = _mapping(child.get("efficiency"))
+    child_compute = child_eff.get("compute")
+    parent_id = str(base.get("id", "")).strip()
+    kept: dict[str, Any] = {}
+    for figure in prov:
+        if figure.startswith("compute."):
+            overridden = child_compute is not None and (
+                not isinstance(child_compute, Mapping)
+                or figure.removeprefix("compute.") in child_compute)
+        elif figure == "sustained_clock":
+            overridden = "sustained_clock" in _mapping(child.get("compute"))
+        else:
+            overridden = figure in child_eff
+        if not overridden:
+            kept[figure] = f"family: {parent_id}" if parent_id else prov[figure]
+    return {**base, "efficiency": {**eff, "provenance": kept}}
 
 
 #: Extra folders ``extends:`` may read from, besides the bundled catalogue and the folders

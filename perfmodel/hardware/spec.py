@@ -8,6 +8,7 @@ Peaks are **dense** figures; a sparse figure is only accepted under ``sparse_pea
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -18,6 +19,7 @@ from perfmodel.dtypes import DTYPES, DType, bytes_per_element, normalize_dtype
 
 __all__ = [
     "PEAK_TOLERANCE",
+    "PROVENANCE_KINDS",
     "Calibration",
     "ComputeSpec",
     "DTypePeak",
@@ -27,6 +29,7 @@ __all__ = [
     "LinkSpec",
     "MemorySpec",
     "PricingSpec",
+    "provenance_problems",
     "quantity_kind",
 ]
 
@@ -182,6 +185,12 @@ class EfficiencySpec(_Frozen):
     """Fraction of peak device-memory bandwidth a large streaming kernel sustains."""
     kernel_overhead: Seconds = 3e-6
     """Fixed cost of one kernel (launch, prologue, tail), s."""
+    provenance: dict[str, str] = Field(default_factory=dict)
+    """Where each figure came from, keyed by figure (``compute.fp32``, ``memory``,
+    ``kernel_overhead``, ``sustained_clock`` for ``compute.sustained_clock``); each value
+    starts with its kind: ``datasheet``, ``cited: <source>``, ``family: <sibling id>``,
+    ``fitted: <dataset file> (<script>)`` or ``assumed: <reason>``
+    (:mod:`perfmodel.hardware.provenance`)."""
 
     @model_validator(mode="after")
     def _check_keys(self) -> EfficiencySpec:
@@ -215,6 +224,31 @@ class Calibration(_Frozen):
     error_after: dict[str, float] = Field(default_factory=dict)
     residuals: dict[str, list[list[float]]] = Field(default_factory=dict)
     """Optional residual correction tables per family: rows of (log-size, log-ratio)."""
+
+
+#: Kinds a provenance text may start with (``kind`` or ``kind: detail``).
+PROVENANCE_KINDS = ("datasheet", "cited", "family", "fitted", "assumed")
+_KINDS_NEEDING_DETAIL = ("cited", "family", "fitted", "assumed")
+_SPEC_ID = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
+
+
+def provenance_problems(text: str) -> str | None:
+    """What is wrong with one provenance text (None when it is well formed)."""
+    kind, _, detail = text.partition(":")
+    kind, detail = kind.strip(), detail.strip()
+    if kind not in PROVENANCE_KINDS:
+        close = difflib.get_close_matches(kind, PROVENANCE_KINDS, n=1)
+        hint = f" (did you mean '{close[0]}:'?)" if close else ""
+        kinds = ", ".join(f"'{k}:'" for k in PROVENANCE_KINDS)
+        return f"{text!r} does not say its kind; start it with one of {kinds}{hint}"
+    if kind in _KINDS_NEEDING_DETAIL and not detail:
+        example = {"cited": "cited: [S1]", "family": "family: h100-sxm",
+                   "fitted": "fitted: neusight_fp32_gemm.csv (scripts/fit_spec_figures.py)",
+                   "assumed": "assumed: <why this value>"}[kind]
+        return f"'{kind}' needs a detail, e.g. '{example}'"
+    if kind == "family" and not _SPEC_ID.match(detail):
+        return f"'family:' names a spec id (e.g. 'family: h100-sxm'), got {detail!r}"
+    return None
 
 
 _BLOCKS_NEEDING_SOURCES = ("peaks", "compute", "memory", "interconnect", "power", "efficiency")
@@ -308,6 +342,7 @@ class HardwareSpec(_Frozen):
             hint = (f"did you mean '{close[0]}'?" if close
                     else f"use one of {', '.join(sorted(known))}")
             problems.append(f"sources.{key}: not a block of the spec; {hint}")
+        problems.extend(self._provenance_problems())
         if "all" not in cited:
             missing = sorted(b for b in _BLOCKS_NEEDING_SOURCES if b in present and b not in cited)
             if missing:
@@ -319,6 +354,33 @@ class HardwareSpec(_Frozen):
             # One problem per line; the catalogue's error formatter splits them again.
             raise ValueError("\n".join(problems))
         return self
+
+    def _provenance_problems(self) -> list[str]:
+        figures = self.efficiency_figures()
+        problems: list[str] = []
+        for key, text in self.efficiency.provenance.items():
+            where = f"efficiency.provenance.{key}"
+            if key not in figures:
+                close = difflib.get_close_matches(key, sorted(figures), n=1)
+                hint = (f"did you mean '{close[0]}'?" if close
+                        else f"use one of {', '.join(sorted(figures))}")
+                problems.append(f"{where}: names no figure of the spec; {hint}")
+                continue
+            problem = provenance_problems(text)
+            if problem is not None:
+                problems.append(f"{where}: {problem}")
+        return problems
+
+    def efficiency_figures(self) -> dict[str, float]:
+        """The figures that need a provenance, by provenance key: ``compute.<key>`` for each
+        entry of ``efficiency.compute``, ``memory``, ``kernel_overhead`` (s) and
+        ``sustained_clock`` (Hz, ``compute.sustained_clock``) where it is set."""
+        out = {f"compute.{key}": value for key, value in self.efficiency.compute.items()}
+        out["memory"] = self.efficiency.memory
+        out["kernel_overhead"] = self.efficiency.kernel_overhead
+        if self.compute.sustained_clock is not None:
+            out["sustained_clock"] = self.compute.sustained_clock
+        return out
 
     # ----------------------------------------------------------------- derived values
     def supports(self, dtype: str) -> bool:
