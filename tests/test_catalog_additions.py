@@ -137,13 +137,20 @@ def test_family_values_come_from_the_sibling(
         block, _, field = dotted.partition(".")
         if not field:
             assert block not in raw, f"{spec_id} repeats {block}; inherit it from {parent}"
-            assert getattr(child, block) == getattr(base, block)
+            mine, theirs = getattr(child, block), getattr(base, block)
+            if block == "efficiency":  # same figures; each inherited one says where from
+                assert set(mine.provenance.values()) == {f"family: {parent}"}
+                mine = mine.model_copy(update={"provenance": {}})
+                theirs = theirs.model_copy(update={"provenance": {}})
+            assert mine == theirs
         else:
             assert field not in (raw.get(block) or {}), f"{spec_id} repeats {dotted}"
             assert getattr(getattr(child, block), field) == getattr(getattr(base, block), field)
     if spec_id == "rtx-pro-6000-server":
         assert child.efficiency.memory == base.efficiency.memory
         assert child.efficiency.kernel_overhead == base.efficiency.kernel_overhead
+        assert child.efficiency.provenance["memory"] == f"family: {parent}"
+        assert child.efficiency.provenance["kernel_overhead"] == f"family: {parent}"
 
 
 def test_every_architecture_has_a_family() -> None:
