@@ -177,3 +177,31 @@ def test_installed_console_script(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
     assert "unknown hardware 'no-such-gpu'" in bad.stderr
+
+
+def test_specs_show_prints_each_figure_with_its_provenance(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["specs", "show", "h100-pcie"]) == 0
+    out = capsys.readouterr().out
+    fp32 = next(ln for ln in out.splitlines() if ln.strip().startswith("compute.fp32 "))
+    assert fp32.split()[1:] == ["76", "%", "family:", "h100-sxm"]
+    assert "model constants for hopper" in out
+    assert next(ln for ln in out.splitlines() if "graph_kernel_s.hopper" in ln)
+
+
+def test_specs_show_json_has_provenance_and_model_constants(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["specs", "show", "b200", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["figure"]: r for r in data["provenance"]}
+    assert rows["kernel_overhead"]["provenance"].startswith("fitted: xla_matmul_perf_table.csv")
+    assert rows["kernel_overhead"]["value"] == pytest.approx(4.3e-6)
+    assert data["spec"]["efficiency"]["provenance"]["compute.fp32"] == "family: h100-sxm"
+    consts = data["model_constants"]
+    assert consts["arch"] == "blackwell"
+    assert consts["per_arch_count"] > 0
+    names = [c["name"] for c in consts["headline"]]
+    assert names[:3] == ["graph_kernel_s.blackwell", "l2_capacity_fraction",
+                         "l2_bandwidth_fraction"]
+    assert "attn.flash2.efficiency.blackwell" in names
+    assert all(c["provenance"] for c in consts["headline"])

@@ -18,8 +18,9 @@ from pydantic import BaseModel
 
 from perfmodel._errors import PerfmodelError, PerfmodelWarning, SpecError
 from perfmodel._limits import clip_message
-from perfmodel._units import format_capacity, format_quantity
+from perfmodel._units import Kind, format_capacity, format_quantity
 from perfmodel.hardware.catalog import bundled_path, list_hardware, load_hardware
+from perfmodel.hardware.provenance import describe
 from perfmodel.hardware.spec import HardwareSpec, MemorySpec, quantity_kind
 
 __all__ = ["register"]
@@ -201,6 +202,9 @@ def run_show(args: argparse.Namespace) -> int:
             "spec": hw.model_dump(mode="json"),
             "derived": {"ridge_point_flop_per_byte": ridge_points(hw),
                         "achievable_ridge_point_flop_per_byte": achievable_ridge_points(hw)},
+            "provenance": [{"figure": figure, "value": value, "provenance": text or None}
+                           for figure, value, text in describe(hw)],
+            "model_constants": model_constants(hw.arch),
         }
         print(json.dumps(out, indent=2))
         return 0
@@ -225,6 +229,10 @@ def show_lines(hw: HardwareSpec, path: str = "") -> list[str]:
         value = getattr(hw, name)
         if value is None or value == "" or value == {}:
             continue
+        if name == "efficiency":
+            lines.append("")
+            lines.extend(_efficiency_lines(hw))
+            continue
         if isinstance(value, BaseModel):
             block = _model_lines(value, indent=1)
             if block:  # an interconnect with no links says nothing
@@ -242,6 +250,55 @@ def show_lines(hw: HardwareSpec, path: str = "") -> list[str]:
             kind = quantity_kind(HardwareSpec.model_fields[name])
             lines.append(f"{name:<26}{_format_value(value, kind)}")
     return lines
+
+
+def _efficiency_lines(hw: HardwareSpec) -> list[str]:
+    """Each efficiency figure with its provenance, then the model constants of the arch."""
+    defaults = "" if "efficiency" in hw.model_fields_set else "  (defaults)"
+    rows = []
+    for figure, value, text in describe(hw):
+        kinds: dict[str, Kind] = {"kernel_overhead": "time", "sustained_clock": "frequency"}
+        kind = kinds.get(figure, "ratio")
+        shown = format_quantity(value, kind, digits=5)
+        rows.append([figure, shown, text or "(no provenance stated)"])
+    lines = [f"efficiency (figure, value, provenance){defaults}"]
+    lines.extend("  " + line for line in _table(["figure", "value", "provenance"], rows)[1:])
+    consts = model_constants(hw.arch)
+    lines.append("")
+    lines.append(f"model constants for {hw.arch} (perfmodel.timing.constants): "
+                 f"{consts['per_arch_count']} named '<constant>.{hw.arch}'"
+                 + ("" if consts["per_arch_count"] else ", so the global values apply")
+                 + "; headline:")
+    crows = [[c["name"], _constant_value(c["value"], c["unit"]), c["provenance"]]
+             for c in consts["headline"]]
+    lines.extend("  " + line for line in _table(["name", "value", "provenance"], crows)[1:])
+    return lines
+
+
+def model_constants(arch: str) -> dict[str, Any]:
+    """The model constants that apply to ``arch``: how many have a per-architecture name
+    (``<name>.<arch>``) and the headline ones (graph kernel cost, L2, each attention kernel
+    family's efficiency) with their values and provenance."""
+    import perfmodel.timing  # noqa: F401  (registers every constant)
+    from perfmodel.timing.constants import PARAMS, arch_name, bundled_constants
+
+    consts = bundled_constants()
+    suffix = f".{arch}"
+    families = [n.split(".")[1] for n in PARAMS
+                if n.startswith("attn.") and n.endswith(".efficiency") and n.count(".") == 2]
+    names = [arch_name("graph_kernel_s", arch), "l2_capacity_fraction",
+             "l2_bandwidth_fraction",
+             *(arch_name(f"attn.{f}.efficiency", arch) for f in families)]
+    return {
+        "arch": arch,
+        "per_arch_count": sum(n.endswith(suffix) for n in PARAMS),
+        "headline": [{"name": n, "value": consts[n], "unit": PARAMS[n].unit,
+                      "provenance": consts.provenance(n)} for n in names if n in PARAMS],
+    }
+
+
+def _constant_value(value: float, unit: str) -> str:
+    return format_quantity(value, "time", digits=4) if unit == "s" else f"{value:g}"
 
 
 def _peak_lines(hw: HardwareSpec) -> list[str]:
