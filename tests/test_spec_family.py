@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.hardware.catalog import list_hardware, load_hardware
-from perfmodel.hardware.provenance import family_problems, fitted_sources, missing_provenance
+from perfmodel.hardware.provenance import (
+    family_problems,
+    fitted_figures,
+    fitted_sources,
+    missing_provenance,
+)
 from perfmodel.hardware.spec import HardwareSpec
 
 
@@ -93,3 +98,5 @@ def test_fitted_sources_of_bundled_specs() -> None:
     assert fitted_sources(load_hardware("a40")) == {"vidur"}
     assert fitted_sources(load_hardware("a100-80gb-sxm")) == frozenset()  # cited + family
     assert fitted_sources(load_hardware("b300")) == frozenset()  # inherited from b200
+    assert fitted_figures(load_hardware("mi300x")) == {"compute.fp8": "xla_ptable",
+                                                       "compute.tf32": "xla_ptable"}

@@ -9,7 +9,13 @@ import pytest
 
 from perfmodel._errors import SpecError
 from perfmodel.hardware.catalog import load_hardware
-from perfmodel.hardware.provenance import DATASET_SOURCES, fitted_sources, missing_provenance
+from perfmodel.hardware.provenance import (
+    DATASET_SOURCES,
+    fitted_figures,
+    fitted_sources,
+    missing_provenance,
+)
+from perfmodel.hardware.spec import spec_fitted_sources
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "data" / "measurements"
@@ -95,7 +101,10 @@ def test_fitted_sources_of_a_user_spec(tmp_path: Path) -> None:
     path = _write(tmp_path, "efficiency:\n  compute: {bf16: 0.7}\n  provenance:\n"
                             "    compute.bf16: 'fitted: data/vidur_gemm.csv, ours.csv (fit.py)'\n"
                             "    memory: 'cited: [S1]'\n")
-    assert fitted_sources(load_hardware(path)) == {"vidur", "ours"}
+    hw = load_hardware(path)
+    assert fitted_sources(hw) == {"vidur", "ours"}
+    assert spec_fitted_sources(hw) == {"vidur", "ours"}  # what validate's in-sample mark reads
+    assert fitted_figures(hw) == {"compute.bf16": "ours"}
 
 
 def test_dataset_sources_match_the_shared_files() -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "family_problems",
     "figure_value",
     "fitted_datasets",
+    "fitted_figures",
     "fitted_sources",
     "missing_provenance",
     "provenance_kind",
@@ -96,6 +97,22 @@ def fitted_datasets(spec: HardwareSpec) -> frozenset[str]:
             if name.strip():
                 files.add(PurePosixPath(name.strip()).name)
     return frozenset(files)
+
+
+def fitted_figures(spec: HardwareSpec) -> dict[str, str]:
+    """Each of ``spec``'s own fitted figures -> the source (``source`` column value) of the
+    dataset it was fitted on (the first, where a text names several), for a finer in-sample
+    rule than :func:`fitted_sources` (e.g. only groups whose dtype uses the figure)."""
+    out: dict[str, str] = {}
+    for figure, text in spec.efficiency.provenance.items():
+        if provenance_kind(text) != "fitted":
+            continue
+        one = spec.model_copy(update={"efficiency": spec.efficiency.model_copy(
+            update={"provenance": {figure: text}})})
+        names = sorted(fitted_sources(one))
+        if names:
+            out[figure] = names[0]
+    return out
 
 
 def fitted_sources(spec: HardwareSpec) -> frozenset[str]:

@@ -31,6 +31,7 @@ __all__ = [
     "PricingSpec",
     "provenance_problems",
     "quantity_kind",
+    "spec_fitted_sources",
 ]
 
 Vendor = Literal["nvidia", "amd", "intel", "google", "cpu"]
@@ -414,7 +415,9 @@ class HardwareSpec(_Frozen):
 
 
 def spec_fitted_sources(spec: HardwareSpec) -> frozenset[str]:
-    """The measurement sources (``source`` column values) any of ``spec``'s figures were
-    fitted on (none until the spec's provenance says otherwise)."""
-    del spec
-    return frozenset()
+    """The measurement sources (``source`` column values) any of ``spec``'s own figures were
+    fitted on, from its ``efficiency.provenance``
+    (:func:`perfmodel.hardware.provenance.fitted_sources`)."""
+    from perfmodel.hardware.provenance import fitted_sources  # imports this module
+
+    return fitted_sources(spec)
