@@ -9,13 +9,15 @@ with the medians only, on the cited subset bundled in the package.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfmodel.data import bundled_measurements
 from perfmodel.measurements import Measurement, MeasurementSet, read_measurements
-from perfmodel.validation import GroupResult, ValidationReport, validate
+from perfmodel.validation import GroupResult, ValidationReport, error_stats, validate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "measurements"
 
@@ -39,9 +41,27 @@ def _kernel_timed(g: GroupResult) -> bool:
                                or (g.spec, g.source, g.dtype) in KERNEL_TIMED_GEMM)
 
 
+def _pooled(report: ValidationReport) -> list[GroupResult]:
+    """The groups these targets were set on: (spec, source, op, dtype), whatever the
+    phase or kernel (validate itself now splits them further)."""
+    index: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for i, (r, spec) in enumerate(zip(report.rows, report.spec_ids, strict=True)):
+        index[(spec, r.source, r.op, r.dtype)].append(i)
+    measured = np.asarray([r.measured_s for r in report.rows])
+    out = []
+    for (spec, source, op, dtype), idx in sorted(index.items()):
+        i = np.asarray(idx)
+        out.append(GroupResult(spec=spec, source=source, op=op, dtype=dtype,
+                               ours=error_stats(report.predicted_s[i], measured[i]),
+                               baseline=error_stats(report.baseline_s[i], measured[i]),
+                               timing=report.rows[idx[0]].timing, floor_s=0.0, floor_rule=""))
+    return out
+
+
 def _check(report: ValidationReport, *, p90: bool) -> None:
     failures = []
-    for g in report.groups:
+    groups = _pooled(report)
+    for g in groups:
         name = f"{g.spec}/{g.source}/{g.op}/{g.dtype}"
         med, q90 = g.ours.median_ape, g.ours.p90_ape
         if _kernel_timed(g) and (med > 0.15 or (p90 and q90 > 0.35)):
@@ -54,8 +74,9 @@ def _check(report: ValidationReport, *, p90: bool) -> None:
         if g.ours.n >= 100 and med >= g.baseline.median_ape:
             failures.append(f"{name}: {med:.1%} not better than the roofline's "
                             f"{g.baseline.median_ape:.1%}")
-    if report.mean_group_median > 0.12:
-        failures.append(f"mean of group medians {report.mean_group_median:.1%} > 12 %")
+    mean_median = float(np.mean([g.ours.median_ape for g in groups]))
+    if mean_median > 0.12:
+        failures.append(f"mean of group medians {mean_median:.1%} > 12 %")
     assert not failures, "\n".join(failures)
 
 

@@ -35,7 +35,7 @@ from perfmodel.timing.constants import PARAMS, Constants
 from perfmodel.validation import Prepared, group_key
 
 __all__ = ["FIT_STAGES", "FitResult", "Stage", "fit_blocks", "fit_constants", "fit_public",
-           "leave_one_out", "sensitive_constants"]
+           "leave_one_out", "pool_parents", "sensitive_constants"]
 
 _LOSS_SCALE = 0.1
 _PRIOR_SIGMA = 1.0
@@ -269,11 +269,36 @@ FIT_STAGES: tuple[Stage, ...] = (
 )
 
 
+def pool_parents(consts: Constants, source: str) -> Constants:
+    """Set each parent constant with fitted ``pooled`` children to their mean (geometric
+    for log-scaled constants), deepest first: the value an architecture, family or kernel
+    nobody measured inherits. Rows whose own constants are fitted do not change."""
+    current = consts
+    for _ in range(4):  # arch -> family -> class, engine kind...: at most a few levels
+        children: dict[str, list[float]] = {}
+        for name, value in current.fitted.items():
+            p = PARAMS.get(name)
+            if p is not None and p.parent is not None and p.pooled:
+                children.setdefault(p.parent, []).append(value)
+        pooled = {}
+        for parent, values in children.items():
+            arr = np.asarray(values, dtype=np.float64)
+            mean = float(np.exp(np.mean(np.log(np.maximum(arr, 1e-300))))
+                         if PARAMS[parent].scale == "log" else np.mean(arr))
+            lo, hi = PARAMS[parent].lo, PARAMS[parent].hi
+            pooled[parent] = min(max(mean, lo), hi)
+        if all(current.fitted.get(k) == v for k, v in pooled.items()):
+            break
+        current = current.with_values(pooled, source + " (mean of its fitted cases)")
+    return current
+
+
 def fit_public(prep: Prepared, base: Constants | None = None, source: str = "fitted",
                stages: Sequence[Stage] = FIT_STAGES, cycles: int = 3,
                progress: Callable[[str], None] | None = None) -> Constants:
-    """Run the fit stages on ``prep`` (block coordinate descent in each); returns the
-    fitted table labelled ``source``."""
+    """Run the fit stages on ``prep`` (block coordinate descent in each), then pool each
+    parent constant from its fitted children (:func:`pool_parents`); returns the fitted
+    table labelled ``source``."""
     current = base if base is not None else Constants()
     for stage in stages:
         keep = np.asarray([stage.rows(r) for r in prep.rows], dtype=bool)
@@ -283,4 +308,4 @@ def fit_public(prep: Prepared, base: Constants | None = None, source: str = "fit
             progress(f"stage {stage.name}: {int(keep.sum())} rows")
         current = fit_blocks(prep.subset(keep), stage.names(), current, source, cycles,
                              progress).constants
-    return current
+    return pool_parents(current, source)

@@ -158,7 +158,8 @@ def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str
     all_pairs = tiles * tile_pairs
 
     fp8 = op.dtype == "fp8"
-    eff = attn_constant(impl, "fp8_efficiency" if fp8 else "efficiency", arch, consts)
+    eng = env.engine
+    eff = attn_constant(impl, "fp8_efficiency" if fp8 else "efficiency", arch, consts, eng)
     eff = eff * tile_efficiency(q_t, kv_t)
     t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
     t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
@@ -187,8 +188,8 @@ def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
         launches = launches + np.where(packed & (group > 1), 2.0, 0.0)
-    tile_s = np.where(op.seq_q == 1, attn_constant(impl, "decode_tile_s", arch, consts),
-                      attn_constant(impl, "tile_s", arch, consts))
+    tile_s = np.where(op.seq_q == 1, attn_constant(impl, "decode_tile_s", arch, consts, eng),
+                      attn_constant(impl, "tile_s", arch, consts, eng))
     overhead = launches * env.kernel_s + waves * tile_s
     latency = overlap(compute, memory, k.overlap_p) + overhead
     shape = op.shape

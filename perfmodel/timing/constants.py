@@ -42,6 +42,11 @@ class Param:
     parent: str | None = None
     """A more general constant this one refines (e.g. a per-architecture value of a
     global one): until it has a value of its own it takes the parent's."""
+    pooled: bool = True
+    """Whether this constant is the parent's quantity for a narrower case (an
+    architecture, a kernel family of a class): a fit then sets the parent to the mean of
+    its fitted children, the value a case nobody measured inherits. False where the
+    parent is another quantity used as a default (fp8 rate from the bf16 rate)."""
 
     def __post_init__(self) -> None:
         if not (self.lo <= self.default <= self.hi):

@@ -40,6 +40,8 @@ class Env:
         Achievable L2 bandwidth, B/s (peak × ``l2_bandwidth_fraction``).
     copies, input_copies:
         Weight (and input) copies the harness rotates (:class:`RunContext`).
+    engine:
+        The inference engine making the call (:class:`RunContext`).
     """
 
     kernel_s: float
@@ -48,6 +50,8 @@ class Env:
     l2_bandwidth: float
     copies: float = 1.0
     input_copies: bool = False
+    engine: str = ""
+    """The engine making the call (its configuration of a kernel family)."""
 
 
 def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> Env:
@@ -58,7 +62,7 @@ def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> En
     return Env(kernel_s=kernel_s, warm=ctx.l2 == "warm",
                l2_capacity=k.l2_bytes * consts["l2_capacity_fraction"],
                l2_bandwidth=k.l2_bandwidth * consts["l2_bandwidth_fraction"],
-               copies=ctx.copies, input_copies=ctx.input_copies)
+               copies=ctx.copies, input_copies=ctx.input_copies, engine=ctx.engine)
 
 
 def cta_bandwidth_fraction(ctas: Any, k: Knobs, ops: Ops = VECTOR) -> Any:

@@ -18,7 +18,8 @@ import numpy as np
 from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
 from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
 
-__all__ = ["ATTENTION_FAMILIES", "OVERLAPPED_SOFTMAX", "AttentionFamily", "attention_family",
+__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM",
+           "AttentionFamily", "attention_class", "attention_family",
            "attn_constant", "attn_name", "gemm_efficiency", "gemm_efficiency_name",
            "tile_efficiency"]
 
@@ -28,11 +29,19 @@ def gemm_efficiency_name(impl: str, quant: str) -> str:
     return f"gemm.{impl}.{quant}.efficiency"
 
 
+#: Class-level constant every quantized GEMM family refines: what a family never measured
+#: inherits from those that were.
+QUANTIZED_GEMM = "gemm.quantized.efficiency"
+register(Param(QUANTIZED_GEMM, 1.0, 0.2, 1.5, "× achievable rate",
+               "rate of quantized (fp8/fp4) GEMM kernels relative to the device's achievable "
+               "fraction of the dtype's dense peak. Prior: 1 (the spec's fraction).",
+               "linear"))
 register(*(
     Param(gemm_efficiency_name(impl, quant), 1.0, 0.2, 1.5, "× achievable rate",
           f"rate of {impl} GEMM kernels with {quant} inputs relative to the device's "
           "achievable fraction of the dtype's dense peak (efficiency.compute in the spec). "
-          "Prior: 1 (the spec's fraction).", "linear")
+          "Prior: 1 (the spec's fraction); quantized schemes: as gemm.quantized.",
+          "linear", parent=None if quant == "none" else QUANTIZED_GEMM)
     for impl in GEMM_IMPLS for quant in QUANT_SCHEMES
 ))
 
@@ -200,17 +209,58 @@ _ATTN_CONSTANTS = {
                       "fair share BW/SMs (how many loads it keeps in flight). Prior: 1.5, the "
                       "family default of the GEMM model."),
 }
+#: Kernel classes: a family's constants default to its class's (what a family never
+#: measured inherits): ``persistent`` (warp-specialised, one CTA per SM) or ``resident``.
+ATTENTION_CLASSES = ("persistent", "resident")
+
+
+def attention_class(fam: AttentionFamily) -> str:
+    """The class of kernel family ``fam``."""
+    return "persistent" if fam.persistent else "resident"
+
+
+for _c in ATTENTION_CLASSES:
+    for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
+        _parent = {"fp8_efficiency": attn_name(_c, "efficiency"),
+                   "decode_tile_s": attn_name(_c, "tile_s")}.get(_what)
+        register(Param(attn_name(_c, _what), _d, _lo, _hi, _unit,
+                       f"{_c} kernel families: {_doc}", parent=_parent, pooled=False))
 for _f in ATTENTION_FAMILIES.values():
     for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
+        # a family's fp8 rate and decode tile time default to its own bf16 rate and tile
+        # time; its other constants to its class's
         _parent = {"fp8_efficiency": attn_name(_f.name, "efficiency"),
-                   "decode_tile_s": attn_name(_f.name, "tile_s")}.get(_what)
+                   "decode_tile_s": attn_name(_f.name, "tile_s")}.get(
+            _what, attn_name(attention_class(_f), _what))
         register(Param(attn_name(_f.name, _what), _d, _lo, _hi, _unit,
-                       f"{_f.name}: {_doc}", parent=_parent))
+                       f"{_f.name}: {_doc} Until fitted: as its class "
+                       f"({attention_class(_f)}).", parent=_parent,
+                       pooled=_what not in ("fp8_efficiency", "decode_tile_s")))
         register(*(Param(arch_name(attn_name(_f.name, _what), a), _d, _lo, _hi, _unit,
                          f"{attn_name(_f.name, _what)} on {a} GPUs.",
                          parent=attn_name(_f.name, _what)) for a in ARCH_FAMILIES))
 
 
-def attn_constant(impl: str, what: str, arch: str, consts: Constants) -> float:
-    """Family ``impl``'s constant ``what`` on ``arch`` (its own value, else the family's)."""
-    return consts[arch_name(attn_name(impl, what), arch)]
+#: The constants an engine's configuration of a family refines (engines build the same
+#: family with their own tile configurations and schedulers).
+ENGINE_REFINED = ("efficiency", "fp8_efficiency", "tile_s", "decode_tile_s")
+_ENGINES = ("trtllm", "vllm", "sglang")
+register(*(
+    Param(f"{arch_name(attn_name(f.name, what), a)}.{e}",
+          *_ATTN_CONSTANTS[what][:4],
+          f"{arch_name(attn_name(f.name, what), a)} as {e} builds and calls it.",
+          parent=arch_name(attn_name(f.name, what), a))
+    for f in ATTENTION_FAMILIES.values() for what in ENGINE_REFINED for a in ARCH_FAMILIES
+    for e in _ENGINES
+))
+
+
+def attn_constant(impl: str, what: str, arch: str, consts: Constants,
+                  engine: str = "") -> float:
+    """Family ``impl``'s constant ``what`` on ``arch`` as ``engine`` runs it: the most
+    specific value of attn.<impl>.<what>.<arch>.<engine> → .<arch> → the family's → its
+    class's."""
+    name = arch_name(attn_name(impl, what), arch)
+    if engine in _ENGINES and what in ENGINE_REFINED and name != attn_name(impl, what):
+        return consts[f"{name}.{engine}"]
+    return consts[name]
