@@ -50,10 +50,10 @@ def _pooled(report: ValidationReport) -> list[GroupResult]:
     measured = np.asarray([r.measured_s for r in report.rows])
     out = []
     for (spec, source, op, dtype), idx in sorted(index.items()):
-        i = np.asarray(idx)
+        sel = np.asarray(idx)
         out.append(GroupResult(spec=spec, source=source, op=op, dtype=dtype,
-                               ours=error_stats(report.predicted_s[i], measured[i]),
-                               baseline=error_stats(report.baseline_s[i], measured[i]),
+                               ours=error_stats(report.predicted_s[sel], measured[sel]),
+                               baseline=error_stats(report.baseline_s[sel], measured[sel]),
                                timing=report.rows[idx[0]].timing, floor_s=0.0, floor_rule=""))
     return out
 

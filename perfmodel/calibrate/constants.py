@@ -254,18 +254,17 @@ def _graph(r: Measurement) -> bool:
 
 #: The stages of ``scripts/fit_constants.py``: first what plain bf16 GEMMs replayed from a
 #: CUDA graph determine (the graph kernel floor, L2 residency), then the quantized GEMM
-#: paths, then decode and prefill attention (with the older public attention sets, which
-#: inform the FlashAttention-2 families).
+#: paths, then attention, decode and prefill together since they share kernel-family
+#: constants (with the older public attention sets, which inform the FlashAttention-2
+#: families).
 FIT_STAGES: tuple[Stage, ...] = (
     Stage("gemm-bf16", lambda r: r.op == "gemm" and _graph(r) and r.quant in ("", "none"),
           ("graph_kernel_s*", "l2_*")),
     Stage("gemm-quantized", lambda r: r.op == "gemm" and _graph(r)
           and r.quant not in ("", "none"),
           ("gemm.*", "call.*.gemm-*", "row.*.gemm-*", "host.*")),
-    Stage("attention-decode", lambda r: r.op == "attention" and r.phase == "decode",
-          ("attn.*", "call.*.attention-decode*", "row.*.attention-decode*")),
-    Stage("attention-prefill", lambda r: r.op == "attention" and r.phase != "decode",
-          ("attn.*", "call.*.attention-prefill*", "row.*.attention-prefill*")),
+    Stage("attention", lambda r: r.op == "attention",
+          ("attn.*", "call.*.attention-*", "row.*.attention-*")),
 )
 
 

@@ -125,6 +125,9 @@ _TRITON = "SGLang triton_ops/extend_attention.py block sizes (BLOCK_M×BLOCK_N):
           "(d ≤ 256) / 16×64; sm90 128×64 / 32×64; sm89 64×128 (d ≤ 128) / 64×64 / 32×32; " \
           "sm80 128×128 / 64×64 / 32×64; one program per (sequence, head, query block)"
 _ANY: tuple[str, ...] = ()
+_BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulator of " \
+         "d 512 is 256 KiB, all of a Blackwell SM's tensor memory (or a Hopper SM's " \
+         "register file)"
 
 ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
     AttentionFamily("flash2", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
@@ -133,9 +136,9 @@ ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
                     "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)"),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
                                      (_ANY, 256, 128, 80)), "short", "auto", _FA3),
-    AttentionFamily("flash4", True, (), "short", "auto",
-                    "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for Hopper): "
-                    "persistent, warp-specialised like FA3"),
+    AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
+                    "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for "
+                    "Hopper): persistent, warp-specialised like FA3; " + _BIG_D),
     AttentionFamily("fmha-v2", False, (), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
                     "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)"),
@@ -146,9 +149,11 @@ ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
                     "heads per KV head run the masked-MHA fallback at 20-80 GB/s on every GPU, "
                     "and on SM89 an fp8 cache with grouped heads is read by one CTA per "
                     "(sequence, KV head)", max_group=32.0, fp8_unsplit=("ada",)),
-    AttentionFamily("trtllm-gen", True, (), "short", "auto",
+    AttentionFamily("trtllm-gen", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
+                    "short", "auto",
                     "TensorRT-LLM trtllm-gen kernels (Blackwell): persistent, "
-                    "warp-specialised, multi-CTA decode; also reached through FlashInfer"),
+                    "warp-specialised, multi-CTA decode; also reached through FlashInfer; "
+                    + _BIG_D),
     AttentionFamily("flashinfer", False, ((_ANY, 128, 128, 64), (_ANY, 1e9, 128, 32)),
                     "decode", "auto",
                     "FlashInfer FA2-template prefill (CTA tile 128 query rows, KV tile 64, 32 "
