@@ -197,7 +197,7 @@ _LAYERS = (
     ("perfmodel.timing",),
     ("perfmodel.models", "perfmodel.sweeps"),
     ("perfmodel.serving",),
-    ("perfmodel.planning",),
+    ("perfmodel.planning", "perfmodel.planning_sim"),
     ("perfmodel.calibrate", "perfmodel.plots", "perfmodel.cli"),
 )
 
