@@ -266,13 +266,14 @@ def _plan_gpu(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload, tps: Seq
 def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
          workload: Workload, *, tp_options: Sequence[int] = (1, 2, 4, 8),
          prices: Mapping[str, float] | None = None, method: str = "analytic",
-         engine: str = "vllm", percentile: str = "p90", requests: int = 400,
+         engine: str = "none", percentile: str = "p90", requests: int = 400,
          length_spread: float = 1.0, **options: Any) -> Plan:
     """Size a deployment of ``config`` for ``workload`` on each GPU type in ``gpus``.
 
     ``prices`` overrides USD per GPU-hour by GPU id; ``options`` go to
     :func:`perfmodel.predict_model` (dtypes, attention_impl, reserve_fraction...).
-    ``method="simulate"`` sizes each option on the serving simulator with ``engine``,
+    ``engine`` (``none``, ``vllm``, ``trtllm``, ``sglang``) picks the kernels, and for
+    ``method="simulate"`` (the serving simulator) the scheduler too (vLLM's for ``none``);
     targets met at ``percentile`` (mean, p50, p90, p99) over ``requests`` simulated requests
     of lengths uniform in [``length_spread``·L, L].
     """
@@ -309,7 +310,8 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
             opts = plan_gpu_simulated(cfg, spec, workload, sorted(set(tp_options)), price,
                                       engine, percentile, requests, length_spread, options)
         else:
-            opts = _plan_gpu(cfg, spec, workload, sorted(set(tp_options)), price, options)
+            opts = _plan_gpu(cfg, spec, workload, sorted(set(tp_options)), price,
+                             {**options, "engine": engine})
         feasible = [o for o in opts if o.feasible]
         best = min(feasible, key=lambda o: (o.gpus, o.tp)) if feasible else None
         out.append(GpuPlan(gpu=spec.id, name=spec.name, usd_per_gpu_hour=price,

@@ -19,7 +19,14 @@ from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import tp_heads
 from perfmodel.planning import PlanOption, Workload
-from perfmodel.serving import ServeResult, closed_loop, prepare, run_prepared, stats
+from perfmodel.serving import (
+    ServeResult,
+    closed_loop,
+    prepare,
+    run_prepared,
+    scheduler_and_kernels,
+    stats,
+)
 from perfmodel.serving.requests import Workload as Requests
 from perfmodel.serving.requests import lengths
 
@@ -31,9 +38,11 @@ _BISECTIONS = 8
 
 def assumptions_simulated(engine: str, percentile: str, requests: int,
                           spread: float) -> tuple[str, ...]:
+    scheduler, kernels = scheduler_and_kernels(engine)
     return (
-        f"each option sized on the serving simulator: engine {engine} (its scheduler "
-        "defaults, continuous batching, chunked prefill, KV-cache pool from memory)",
+        f"each option sized on the serving simulator: {scheduler}'s scheduler defaults "
+        f"(continuous batching, chunked prefill, KV-cache pool from memory), {kernels} "
+        "kernels",
         f"per replica: the highest Poisson request rate whose {percentile} TTFT and TPOT meet "
         f"the targets over {requests} simulated requests (lengths "
         + ("fixed" if spread == 1.0 else f"uniform in [{spread:g}·L, L]") + "); 8 bisections",
@@ -56,7 +65,8 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                        options: Mapping[str, Any]) -> tuple[PlanOption, ...]:
     """Options for one GPU type (see the module docstring)."""
     dtypes = {k: options.get(k) for k in _DTYPE_KEYS}
-    overrides = {}
+    scheduler, kernels = scheduler_and_kernels(engine)
+    overrides: dict[str, Any] = {"kernels": kernels}
     if options.get("attention_impl") not in (None, "flash"):
         overrides["attention_impl"] = options["attention_impl"]
     p_len, g_len = wl.prompt_len, wl.output_len
@@ -79,7 +89,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                                 "usd_per_million_tokens": None}
         longest = closed_loop(1, 1, int(np.max(prompt)), int(np.max(output)))
         try:
-            c, s, eng, pool, model = prepare(cfg, spec, longest, tp=int(t), engine=engine,
+            c, s, eng, pool, model = prepare(cfg, spec, longest, tp=int(t), engine=scheduler,
                                              **dtypes, **overrides)
         except PerfmodelError as exc:
             if exc.field not in ("kv_cache", "max_num_batched_tokens"):

@@ -66,8 +66,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--method", choices=("simulate", "analytic"), default="simulate",
                    help="simulate (default): size each option on the serving simulator; "
                    "analytic: the closed-form continuous-batching estimate")
-    p.add_argument("--engine", default="vllm", help="engine for --method simulate: vllm "
-                   "(default), trtllm or sglang")
     p.add_argument("--percentile", choices=("mean", "p50", "p90", "p99"), default="p90",
                    help="statistic the TTFT and TPOT targets apply to (default p90)")
     p.add_argument("--requests", type=positive_int, default=400,
@@ -162,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_model(args.model)
     check_plot_target(args.plot, args.model, *args.gpus)
     result = plan(cfg, args.gpus, wl, tp_options=tps, prices=_prices(args.price, args.gpus),
-                  method=args.method, engine=args.engine, percentile=args.percentile,
+                  method=args.method, percentile=args.percentile,
                   requests=args.requests, length_spread=args.length_spread,
                   strict=args.strict, **dtype_options(args))
     if args.plot:

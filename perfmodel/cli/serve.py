@@ -29,6 +29,7 @@ from perfmodel.serving import (
     closed_loop,
     poisson,
     read_trace,
+    scheduler_and_kernels,
     simulate,
     stats,
 )
@@ -45,6 +46,8 @@ _EPILOG = """examples:
 Closed loop (--concurrency C): C clients each send a request, then the next one as soon as
 the previous completes (what benchmark clients do). Open loop (--rate): Poisson arrivals.
 A trace is a CSV (or JSON lines) with arrival_s, prompt_tokens, output_tokens per request.
+--engine picks the scheduler (its defaults) and the kernels (its profile); without it,
+vLLM's scheduler with engine-neutral kernels.
 TTFT and end-to-end are from the client's send; TPOT = (end-to-end - TTFT)/(output - 1);
 ITL is over all decode tokens.
 """
@@ -61,7 +64,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel GPUs per replica")
     p.add_argument("--replicas", type=positive_int, default=1,
                    help="data-parallel replicas behind a round-robin router")
-    p.add_argument("--engine", default="vllm", help="vllm (default), trtllm or sglang")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--concurrency", type=positive_int, metavar="C",
                      help="closed loop: C requests in flight")
@@ -154,6 +156,7 @@ def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.attention_impl != "flash":
         out["attention_impl"] = args.attention_impl
+    out["kernels"] = scheduler_and_kernels(args.engine)[1]
     return out
 
 
@@ -185,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     bar = ProgressBar(not args.no_progress)
     try:
         result = simulate(
-            args.model, args.gpu, wl, tp=args.tp, replicas=args.replicas, engine=args.engine,
+            args.model, args.gpu, wl, tp=args.tp, replicas=args.replicas,
+            engine=scheduler_and_kernels(args.engine)[0],
             weight_dtype=args.weight_dtype, activation_dtype=args.activation_dtype,
             kv_dtype=args.kv_dtype, expert_dtype=args.expert_dtype, kv_blocks=args.kv_blocks,
             progress=bar, **engine_overrides(args))
@@ -208,7 +212,9 @@ def run(args: argparse.Namespace) -> int:
 def report(r: ServeResult, ttft_slo: float | None, tpot_slo: float | None) -> None:
     gpus = r.tp * r.replicas
     print(f"{r.model} on {gpus} × {r.hardware} (TP{r.tp}, {r.replicas} "
-          f"replica{'s' if r.replicas > 1 else ''}), engine {r.engine}")
+          f"replica{'s' if r.replicas > 1 else ''}), {r.engine} scheduler, "
+          f"{str(r.engine_knobs.get('kernels', 'none')).replace('none', 'engine-neutral')} "
+          "kernels")
     print(f"workload: {r.workload}")
     print()
     rows = []

@@ -73,7 +73,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--context", type=token_int, help="decode context (default --prompt)")
     p.add_argument("--gen", type=token_int, default=256, help="for --phase generate")
     p.add_argument("--tp", type=tp_int, default=1)
-    p.add_argument("--engine", default="vllm", help="serving sweeps: vllm, trtllm or sglang")
     p.add_argument("--requests", type=positive_int,
                    help="serving sweeps: requests per point (default 10×C, or 1000)")
     add_dtype_flags(p)
@@ -131,12 +130,14 @@ def _table(res: SweepResult, rows: int) -> None:
 
 
 def _serve_sweep(args: argparse.Namespace, values: np.ndarray) -> int:
+    from perfmodel.serving import scheduler_and_kernels
     from perfmodel.serving.sweep import serve_sweep
     opts = {k: getattr(args, k) for k in ("weight_dtype", "activation_dtype", "kv_dtype",
                                           "expert_dtype")}
+    scheduler, kernels = scheduler_and_kernels(args.engine)
     res = serve_sweep(args.model, args.gpu, args.over, values.tolist(), prompt=args.prompt,
-                      gen=args.gen, requests=args.requests, tp=args.tp, engine=args.engine,
-                      **opts)
+                      gen=args.gen, requests=args.requests, tp=args.tp, engine=scheduler,
+                      kernels=kernels, **opts)
     fmt = "json" if args.json else args.format
     rows = res.rows()
     if fmt == "json":

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["ENGINES", "EngineConfig", "engine_config"]
+__all__ = ["ENGINES", "EngineConfig", "engine_config", "scheduler_and_kernels"]
 
 Policy = Literal["decode_first", "prefill_first"]
 KVPolicy = Literal["lazy", "reserve"]
@@ -63,6 +63,10 @@ class EngineConfig:
     fuse_allreduce: bool
     """All-reduce fused with the residual add and RMSNorm (tp > 1)."""
     attention_impl: str = "flash"
+    kernels: str = "none"
+    """Whose kernels the step times use (:func:`perfmodel.models.evaluate.evaluate_graphs`'s
+    ``engine``: ``none`` engine-neutral, or ``vllm``/``trtllm``/``sglang`` — their attention
+    and GEMM kernels, fusions and CUDA-graph replay)."""
     batch_wait_iters: int = 0
     """TRT-LLM ``batch_wait_timeout_iters``: steps new prefills may be held back."""
     batch_wait_tokens_ratio: float = 0.0
@@ -97,7 +101,7 @@ class EngineConfig:
 
 #: Host overheads (fitted: benchmarks/serving by scripts/serving_accuracy.py --fit; see
 #: the README's Serving section for the held-out figure).
-_STEP_OVERHEAD_S = 0.001
+_STEP_OVERHEAD_S = 0.0015
 _STEP_OVERHEAD_PER_SEQ_S = 0
 _REQUEST_OVERHEAD_S = 0
 
@@ -153,16 +157,24 @@ _SGLANG = EngineConfig(
 ENGINES: dict[str, EngineConfig] = {"vllm": _VLLM, "trtllm": _TRTLLM, "sglang": _SGLANG}
 
 
+def scheduler_and_kernels(engine: str) -> tuple[str, str]:
+    """The scheduler and kernels a run uses for an ``--engine`` choice: the engine's own
+    for ``vllm``/``trtllm``/``sglang``; vLLM's scheduler with engine-neutral kernels for
+    ``none`` (the model commands' default)."""
+    key = engine.strip().lower()
+    return ("vllm", "none") if key in ("", "none") else (key, key)
+
+
 def engine_config(name: str, capacity_bytes: float, gpu_name: str = "",
                   **overrides: Any) -> EngineConfig:
     """The engine's defaults for a GPU of ``capacity_bytes`` (the per-GPU-size rules of
-    vLLM and SGLang), then ``overrides`` (None values ignored)."""
+    vLLM and SGLang; its own kernels), then ``overrides`` (None values ignored)."""
     key = name.strip().lower().replace("-", "").replace("_", "").replace("tensorrtllm",
                                                                            "trtllm")
     if key not in ENGINES:
         raise PerfmodelError("engine", f"unknown engine {name!r}",
                              f"use one of {', '.join(ENGINES)}")
-    cfg = ENGINES[key]
+    cfg = dataclasses.replace(ENGINES[key], kernels=key)
     gib = capacity_bytes / 2**30
     if key == "vllm" and (gib < 70 or "a100" in gpu_name.lower()):
         cfg = dataclasses.replace(cfg, max_num_batched_tokens=2048, max_num_seqs=256)

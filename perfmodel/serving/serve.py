@@ -115,7 +115,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
     knobs = {k: getattr(eng, k) for k in (
         "policy", "kv_policy", "max_num_batched_tokens", "max_num_seqs", "chunked_prefill",
         "block_size", "memory_fraction", "step_overhead_s", "step_overhead_per_seq_s",
-        "request_overhead_s", "fuse_allreduce", "attention_impl")}
+        "request_overhead_s", "fuse_allreduce", "attention_impl", "kernels")}
     return ServeResult(
         model=cfg.name, hardware=spec.id, engine=eng.name, tp=tp, replicas=replicas,
         workload=workload.describe(), send_s=cat("send_s"), arrival_s=cat("arrival_s"),
@@ -139,7 +139,8 @@ def _assumptions(eng: EngineConfig, pool: KVPool, replicas: int,
         pool.explain(),
         "step time = host overhead + dense(tokens) + LM head(sampled) + decode attention at "
         "the mean context + prefill-chunk attention, from the model graphs "
-        f"(attention path {eng.attention_impl}; all-reduce "
+        f"({'engine-neutral' if eng.kernels == 'none' else eng.kernels} kernels, attention "
+        f"path {eng.attention_impl}; all-reduce "
         f"{'fused with residual + RMSNorm' if eng.fuse_allreduce else 'separate'})",
         f"host overheads: {eng.step_overhead_s * 1e3:g} ms per step + "
         f"{eng.step_overhead_per_seq_s * 1e6:g} µs per sequence; "

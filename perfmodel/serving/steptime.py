@@ -17,8 +17,9 @@ interpolated linearly:
 - A_pre(t, p): attention of a prefill chunk of t tokens after p tokens already cached.
 
 Host overheads are added by the simulator. :func:`build_step_model` is the one place the
-model graphs are evaluated for serving: ``engine`` (its attention path and all-reduce
-fusion) is passed through there, so an engine's kernel choices plug in at that call.
+model graphs are evaluated for serving: ``engine`` (its attention path, all-reduce fusion
+and ``kernels``, the engine profile of :func:`~perfmodel.models.evaluate.evaluate_graphs`)
+is passed through there.
 """
 
 from __future__ import annotations
@@ -164,9 +165,9 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
                      engine: EngineConfig, *, max_tokens: int, max_batch: int,
                      max_context: int, max_prompt: int) -> StepModel:
     """Evaluate the step-time tables for ``cfg`` on ``hw`` at TP ``tp`` as ``engine`` runs
-    it (its attention path and all-reduce fusion): steps of up to ``max_tokens`` tokens,
-    ``max_batch`` decoding sequences, contexts up to ``max_context``, prefill chunks after
-    up to ``max_prompt`` cached tokens."""
+    it (its attention path, all-reduce fusion and kernels): steps of up to ``max_tokens``
+    tokens, ``max_batch`` decoding sequences, contexts up to ``max_context``, prefill chunks
+    after up to ``max_prompt`` cached tokens."""
     impl, fuse = engine.attention_impl, engine.fuse_allreduce
     # GEMM time steps with the tile count (waves of m-tiles): every 16 tokens up to 16k
     t_grid = np.unique(np.concatenate([grid(min(max_tokens, 64), 64, 2),
@@ -188,7 +189,7 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
                                         dtypes, impl, fuse))
     timings, notes = evaluate_graphs(
         [(dense_graph, t_grid.shape), (dec_graph, (b_grid.size, c_grid.size)),
-         (pre_graph, (pt_grid.size, pp_grid.size))], hw)
+         (pre_graph, (pt_grid.size, pp_grid.size))], hw, engine.kernels)
     dense_t, dec_t, pre_t = timings
     is_lm = [n == "lm_head" for n in dense_t.names]
     dense = _rows(dense_t, [not x for x in is_lm])
