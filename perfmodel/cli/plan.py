@@ -17,6 +17,7 @@ from perfmodel.cli._model_args import (
     fmt_time,
     gpu_list,
     positive_float,
+    positive_int,
     table,
     token_int,
     tp_int,
@@ -24,6 +25,7 @@ from perfmodel.cli._model_args import (
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
 from perfmodel.planning import Plan, Workload, plan
+from perfmodel.serving.requests import MAX_SIM_REQUESTS
 
 __all__ = ["register"]
 
@@ -68,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "analytic: the closed-form continuous-batching estimate")
     p.add_argument("--percentile", choices=("mean", "p50", "p90", "p99"), default="p90",
                    help="statistic the TTFT and TPOT targets apply to (default p90)")
-    p.add_argument("--requests", type=positive_int, default=400,
+    p.add_argument("--requests", type=_requests, default=400,
                    help="requests per simulation (default 400)")
     p.add_argument("--length-spread", type=float, default=1.0, metavar="A",
                    help="lengths uniform in [A·L, L] (default 1: fixed)")
@@ -79,6 +81,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="write a GPU comparison chart (.png, .svg or .pdf)")
     add_strict_flag(p)
     p.set_defaults(func=run)
+
+
+def _requests(text: str) -> int:
+    n = positive_int(text)
+    if n > MAX_SIM_REQUESTS:
+        raise argparse.ArgumentTypeError(f"{n:,} requests per simulation is above the cap of "
+                                          f"{MAX_SIM_REQUESTS:,}")
+    return n
 
 
 def _prices(items: list[str], gpus: list[str]) -> dict[str, float]:

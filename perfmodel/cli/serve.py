@@ -18,11 +18,15 @@ from typing import Any
 from perfmodel._errors import PerfmodelError
 from perfmodel.cli._model_args import (
     add_dtype_flags,
+    batch_int,
     fmt_time,
     positive_float,
     positive_int,
     table,
+    token_int,
+    tp_int,
 )
+from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.serving import (
     ServeResult,
     Workload,
@@ -33,6 +37,7 @@ from perfmodel.serving import (
     simulate,
     stats,
 )
+from perfmodel.serving.requests import MAX_SIM_REQUESTS
 
 __all__ = ["register"]
 
@@ -61,21 +66,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="preset id or a config.json path")
     p.add_argument("--gpu", required=True, metavar="ID", help="bundled id or YAML spec")
-    p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel GPUs per replica")
-    p.add_argument("--replicas", type=positive_int, default=1,
+    p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs per replica")
+    p.add_argument("--replicas", type=batch_int, default=1,
                    help="data-parallel replicas behind a round-robin router")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--concurrency", type=positive_int, metavar="C",
+    src.add_argument("--concurrency", type=batch_int, metavar="C",
                      help="closed loop: C requests in flight")
     src.add_argument("--rate", type=_rate, metavar="QPS", help="open loop: Poisson requests/s")
     src.add_argument("--trace", metavar="FILE", help="CSV/JSONL: arrival_s, prompt_tokens, "
                      "output_tokens")
-    p.add_argument("--prompt", type=positive_int, metavar="P", help="prompt tokens (longest "
+    p.add_argument("--prompt", type=token_int, metavar="P", help="prompt tokens (longest "
                    "with --length-spread)")
     p.add_argument("--gen", type=_gen, metavar="G", help="output tokens per request")
     p.add_argument("--length-spread", type=float, default=1.0, metavar="A",
                    help="lengths uniform in [A·L, L] (default 1: fixed)")
-    p.add_argument("--requests", type=positive_int, metavar="N",
+    p.add_argument("--requests", type=_requests, metavar="N",
                    help="requests to simulate (default 10×concurrency, at least 100; "
                    "1000 with --rate)")
     p.add_argument("--seed", type=int, default=0, help="random seed (lengths, arrivals)")
@@ -99,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--ttft-slo-ms", type=positive_float, help="TTFT SLO for goodput, ms")
     p.add_argument("--tpot-slo-ms", type=positive_float, help="TPOT SLO for goodput, ms")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.add_argument("--plot", metavar="OUT.png", help="write a timeline chart")
+    p.add_argument("--plot", type=plot_path, metavar="OUT.png", help="write a timeline chart")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
 
@@ -115,6 +120,14 @@ def _rate(text: str) -> float:
     return v
 
 
+def _requests(text: str) -> int:
+    n = positive_int(text)
+    if n > MAX_SIM_REQUESTS:
+        raise argparse.ArgumentTypeError(f"{n:,} requests is above the cap of "
+                                          f"{MAX_SIM_REQUESTS:,}")
+    return n
+
+
 def _gen(text: str) -> int:
     try:
         v = float(text)
@@ -124,7 +137,7 @@ def _gen(text: str) -> int:
         raise argparse.ArgumentTypeError(f"output tokens must be a whole number ≥ 1 (a "
                                          f"request generates at least one token), got "
                                          f"{text!r}")
-    return int(v)
+    return token_int(text)
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -184,6 +197,7 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_plot_target(args.plot, args.model, args.gpu, args.trace)
     wl = workload_from_args(args)
     bar = ProgressBar(not args.no_progress)
     try:

@@ -23,7 +23,10 @@ import numpy.typing as npt
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["Workload", "closed_loop", "lengths", "poisson", "read_trace"]
+__all__ = ["MAX_SIM_REQUESTS", "Workload", "closed_loop", "lengths", "poisson", "read_trace"]
+
+#: Most requests one simulation takes (about a minute of simulation at 1k/1k on one core).
+MAX_SIM_REQUESTS = 10_000_000
 
 Kind = Literal["closed", "poisson", "trace"]
 Ints = npt.NDArray[np.int64]
@@ -78,6 +81,11 @@ def _whole(value: float, name: str, fix: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) \
             or not math.isfinite(float(value)) or float(value) != int(value) or value < 1:
         raise PerfmodelError(name, f"must be a whole number ≥ 1, got {value!r}", fix)
+    if value > MAX_SIM_REQUESTS and name in ("requests", "concurrency"):
+        raise PerfmodelError(name, f"{int(value):,} is above the cap of {MAX_SIM_REQUESTS:,}",
+                             "simulate fewer requests (percentiles settle within thousands)")
+    if value > 2**31 and name in ("prompt", "gen"):
+        raise PerfmodelError(name, f"{int(value):,} tokens is above the cap of 2³¹", fix)
     return int(value)
 
 
@@ -156,6 +164,9 @@ def read_trace(path: str | Path) -> Workload:
                                          "one JSON object per line") from None
     else:
         rows = [dict(r) for r in csv.DictReader(text.splitlines())]
+    if len(rows) > MAX_SIM_REQUESTS:
+        raise PerfmodelError(str(path), f"{len(rows):,} requests is above the cap of "
+                             f"{MAX_SIM_REQUESTS:,}", "split the trace")
     if not rows:
         raise PerfmodelError(str(path), "the trace has no requests",
                              "one line per request: arrival_s, prompt_tokens, output_tokens")
