@@ -106,7 +106,9 @@ def _f(row: dict[str, str], key: str) -> float:
     return float(text) if text else math.nan
 
 
-def load_cases(path: Path) -> list[Case]:
+def load_cases(path: Path, kernels: str | None = None) -> list[Case]:
+    """Prepare every row (``kernels``: whose kernels the step times use; default each row's
+    engine's own, ``none`` for engine-neutral ones)."""
     cases = []
     with path.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -133,6 +135,8 @@ def load_cases(path: Path) -> list[Case]:
         else:
             c = int(row["concurrency"])
             wl = closed_loop(c, int(row["requests"] or c), isl, osl)
+        if kernels is not None:
+            overrides["kernels"] = kernels
         cfg, spec, eng, pool, model = prepare(
             row["model"], row["gpu"], wl, tp=tp, engine=row["engine"],
             weight_dtype=row["weight_dtype"] or None, kv_dtype=row["kv_dtype"] or None,
@@ -230,8 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--fit", action="store_true", help="fit the host overheads")
     ap.add_argument("--write", action="store_true", help="store the fit in engines.py")
+    ap.add_argument("--kernels", choices=("engine", "none"), default="engine",
+                    help="step times with each row's engine kernels (default) or "
+                    "engine-neutral ones")
     args = ap.parse_args(argv)
-    cases = load_cases(args.csv)
+    cases = load_cases(args.csv, None if args.kernels == "engine" else "none")
     eng0 = cases[0].eng
     params = (eng0.step_overhead_s, eng0.step_overhead_per_seq_s, eng0.request_overhead_s)
     if args.fit:

@@ -101,7 +101,7 @@ class EngineConfig:
 
 #: Host overheads (fitted: benchmarks/serving by scripts/serving_accuracy.py --fit; see
 #: the README's Serving section for the held-out figure).
-_STEP_OVERHEAD_S = 0.0015
+_STEP_OVERHEAD_S = 0.001
 _STEP_OVERHEAD_PER_SEQ_S = 0
 _REQUEST_OVERHEAD_S = 0
 
