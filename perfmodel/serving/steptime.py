@@ -14,7 +14,9 @@ interpolated linearly:
 - A_dec(d, c̄): decode attention of d sequences at mean context c̄ (KV length including the
   new token) — decode attention is linear in the total context read, so the mean stands
   for a mix of lengths;
-- A_pre(t, p): attention of a prefill chunk of t tokens after p tokens already cached.
+- A_pre(t, p): attention of a prefill chunk of t tokens after p tokens already cached;
+  the chunks of one step run in one (variable-length) call, so its fixed cost (launch and
+  prologue, ``pre_fixed``) is paid once, not per chunk.
 
 Host overheads are added by the simulator. :func:`build_step_model` is the one place the
 model graphs are evaluated for serving: ``engine`` (its attention path, all-reduce fusion
@@ -99,6 +101,8 @@ class StepModel:
     pre_tokens: list[float]
     pre_prior: list[float]
     pre_attn: list[list[float]]
+    pre_fixed: float = 0.0
+    """Fixed part of one prefill-attention call, s."""
     notes: tuple[str, ...] = ()
 
     def dense_s(self, tokens: float) -> float:
@@ -150,13 +154,15 @@ class StepModel:
             s += self.decode_attn_s(decode_batch, decode_ctx_sum / decode_batch)
         for t, p in chunks:
             s += self.prefill_attn_s(t, p)
+        if len(chunks) > 1:
+            s -= (len(chunks) - 1) * self.pre_fixed
         return s
 
 
-def _rows(t: GraphTiming, keep: list[bool]) -> Array:
-    """Σ over the kept ops of count × latency, per point."""
+def _rows(t: GraphTiming, keep: list[bool], field: str = "latency_s") -> Array:
+    """Σ over the kept ops of count × ``field``, per point."""
     sel = np.asarray(keep)
-    lat = t.values["latency_s"][sel]
+    lat = t.values[field][sel]
     cnt = t.counts[sel]
     return np.asarray(np.sum(lat * cnt, axis=0), dtype=np.float64)
 
@@ -196,6 +202,8 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     lm = _rows(dense_t, is_lm)
     dec = _rows(dec_t, [True] * len(dec_t.names)).reshape(b_grid.size, c_grid.size)
     pre = _rows(pre_t, [True] * len(pre_t.names)).reshape(pt_grid.size, pp_grid.size)
+    pre_fixed = float(_rows(pre_t, [True] * len(pre_t.names), "overhead_s").reshape(
+        pt_grid.size, pp_grid.size)[0, 0])
     widths = np.diff(c_grid)
     q = np.concatenate([np.zeros((b_grid.size, 1)),
                         np.cumsum(0.5 * (dec[:, 1:] + dec[:, :-1]) * widths, axis=1)], axis=1)
@@ -203,4 +211,4 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
         tokens=t_grid.tolist(), dense=dense.tolist(), lm=lm.tolist(),
         dec_batch=b_grid.tolist(), dec_ctx=c_grid.tolist(), dec_attn=dec.tolist(),
         dec_attn_q=q.tolist(), pre_tokens=pt_grid.tolist(), pre_prior=pp_grid.tolist(),
-        pre_attn=pre.tolist(), notes=tuple(notes))
+        pre_attn=pre.tolist(), pre_fixed=pre_fixed, notes=tuple(notes))
