@@ -17,8 +17,9 @@ column is empty, the ``notes`` labels of AIConfigurator's database fill it
 Only ``op``, ``dtype``, ``measured_us`` and the op's shape columns are required
 (GEMM: m, n, k [batch]; attention: batch, heads, seq_q, seq_kv, head_dim [kv_heads,
 causal]; copy/add: m = elements; rmsnorm, layernorm, silu_mul, silu, gelu, softmax: m = rows,
-n = width); ``spec`` may be replaced by an explicit device. A row that cannot be used is
-never dropped silently: it is returned as skipped with its reason.
+n = width; allreduce: m = elements, n = GPUs); ``spec`` may be replaced by an explicit
+device. A row that cannot be used is never dropped silently: it is returned as skipped
+with its reason.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ _SHAPE = {
     # small streaming ops (calibration writes them): m = elements or rows, n = width
     "copy": ("m",), "add": ("m",), "rmsnorm": ("m", "n"), "layernorm": ("m", "n"),
     "silu_mul": ("m", "n"), "silu": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
+    # collectives: m = elements in the buffer, n = GPUs
+    "allreduce": ("m", "n"),
 }
 
 

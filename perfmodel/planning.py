@@ -16,6 +16,13 @@ The largest b meeting both targets and memory sets r; replicas = ⌈λ / r⌉; G
 replicas. Per GPU type the option with the fewest GPUs wins (ties: the smaller TP).
 Cost = GPUs × price per GPU-hour (the spec's pricing, or an override); per million output
 tokens = cost per hour / (λ·G·3600) × 10⁶.
+
+``method="simulate"`` (what ``perfmodel plan`` uses) sizes each option on the serving
+simulator instead (:mod:`perfmodel.serving`): one replica under Poisson arrivals, the highest
+rate r whose TTFT and TPOT at the stated percentile meet the targets (the same unit-rate
+arrival draws scaled by 1/r at every rate, so the search is deterministic; doubling from the
+single-request rate, then 8 bisections), continuous batching, chunked prefill and the KV
+pool of the chosen engine included. Replicas = ⌈λ / r⌉ as above.
 """
 
 from __future__ import annotations
@@ -258,12 +265,24 @@ def _plan_gpu(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload, tps: Seq
 
 def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
          workload: Workload, *, tp_options: Sequence[int] = (1, 2, 4, 8),
-         prices: Mapping[str, float] | None = None, **options: Any) -> Plan:
+         prices: Mapping[str, float] | None = None, method: str = "analytic",
+         engine: str = "none", percentile: str = "p90", requests: int = 400,
+         length_spread: float = 1.0, **options: Any) -> Plan:
     """Size a deployment of ``config`` for ``workload`` on each GPU type in ``gpus``.
 
     ``prices`` overrides USD per GPU-hour by GPU id; ``options`` go to
     :func:`perfmodel.predict_model` (dtypes, attention_impl, reserve_fraction...).
+    ``engine`` (``none``, ``vllm``, ``trtllm``, ``sglang``) picks the kernels, and for
+    ``method="simulate"`` (the serving simulator) the scheduler too (vLLM's for ``none``);
+    targets met at ``percentile`` (mean, p50, p90, p99) over ``requests`` simulated requests
+    of lengths uniform in [``length_spread``·L, L].
     """
+    if method not in ("analytic", "simulate"):
+        raise PerfmodelError("method", f"unknown planning method {method!r}",
+                             "use 'simulate' or 'analytic'")
+    if percentile not in ("mean", "p50", "p90", "p99"):
+        raise PerfmodelError("percentile", f"unknown statistic {percentile!r}",
+                             "use mean, p50, p90 or p99")
     cfg = load_model(config)
     if not gpus:
         raise PerfmodelError("gpus", "no GPUs to plan for", "pass at least one GPU id")
@@ -286,10 +305,20 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
             price, source = spec.pricing.usd_per_hour, "spec: " + spec.pricing.assumption
         else:
             price, source = None, "no price in the spec (pass one to get costs)"
-        opts = _plan_gpu(cfg, spec, workload, sorted(set(tp_options)), price, options)
+        if method == "simulate":
+            from perfmodel.planning_sim import plan_gpu_simulated
+            opts = plan_gpu_simulated(cfg, spec, workload, sorted(set(tp_options)), price,
+                                      engine, percentile, requests, length_spread, options)
+        else:
+            opts = _plan_gpu(cfg, spec, workload, sorted(set(tp_options)), price,
+                             {**options, "engine": engine})
         feasible = [o for o in opts if o.feasible]
         best = min(feasible, key=lambda o: (o.gpus, o.tp)) if feasible else None
         out.append(GpuPlan(gpu=spec.id, name=spec.name, usd_per_gpu_hour=price,
                            price_source=source, best=best, options=opts))
+    assumptions: tuple[str, ...] = ASSUMPTIONS
+    if method == "simulate":
+        from perfmodel.planning_sim import assumptions_simulated
+        assumptions = assumptions_simulated(engine, percentile, requests, length_spread)
     return Plan(model=cfg.name, workload=workload, gpus=tuple(out),
-                assumptions=(*ASSUMPTIONS, window) if window else ASSUMPTIONS)
+                assumptions=(*assumptions, window) if window else assumptions)

@@ -24,7 +24,7 @@ from perfmodel.sweeps import GROUPS, SweepResult
 
 __all__ = ["BOTTLENECK_COLORS", "Chart", "ComparisonData", "RooflineData", "RooflinePoint",
            "comparison_data", "plan_comparison_data", "plot_gpu_comparison", "plot_roofline",
-           "plot_sweep", "roofline_data"]
+           "plot_serve_timeline", "plot_sweep", "roofline_data"]
 
 BOTTLENECK_COLORS = {"compute": "#d62728", "memory": "#1f77b4", "latency": "#7f7f7f"}
 _GROUP_COLORS = {"attention": "#ff7f0e", "mlp": "#2ca02c", "qkv_o_proj": "#9467bd",
@@ -313,3 +313,43 @@ def plot_gpu_comparison(data: ComparisonData, path: str | Path) -> Chart:
     out = _save(fig, path)
     return Chart(out, data.title, " | ".join(data.metrics), "GPU", "linear", "category",
                  series, panels=n)
+
+
+# --------------------------------------------------------------------------- serving
+def plot_serve_timeline(result: Any, path: str | Path) -> Chart:
+    """A serving run over time: running and waiting requests, decoding sequences, and the
+    KV cache used (fraction of the pool); below, each request's TTFT against its send
+    time."""
+    plt = _pyplot()
+    tl = result.timeline
+    t = np.asarray(tl["t_s"])
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    fig, (ax, axk, axr) = plt.subplots(3, 1, figsize=(9, 8), sharex=True,
+                                       gridspec_kw={"height_ratios": [2.2, 1.2, 1.6]})
+    series: dict[str, tuple[Array, Array]] = {}
+    for key, color in (("running", "#1f77b4"), ("decoding", "#2ca02c"),
+                       ("waiting", "#d62728")):
+        y = np.asarray(tl[key])[order]
+        ax.step(t, y, where="post", color=color, lw=1.2, label=key)
+        series[key] = (t, y)
+    ax.set_ylabel("requests")
+    ax.legend(fontsize=8, loc="upper right")
+    kv = np.asarray(tl["kv_blocks"])[order] / max(result.kv_blocks, 1) * 100.0
+    axk.step(t, kv, where="post", color="#9467bd", lw=1.2)
+    axk.set_ylabel("KV cache used (%)")
+    axk.set_ylim(0, max(100.0, float(np.max(kv)) if kv.size else 100.0) * 1.05)
+    series["kv_used_percent"] = (t, kv)
+    send = np.asarray(result.send_s)
+    ttft = np.asarray(result.ttft_s) * 1e3
+    axr.scatter(send, ttft, s=4, color="#ff7f0e", alpha=0.6)
+    axr.set_ylabel("TTFT (ms)")
+    axr.set_xlabel("time (s)")
+    series["ttft_ms"] = (send, ttft)
+    for a in (ax, axk, axr):
+        a.grid(True, alpha=0.3)
+    title = (f"{result.model} on {result.replicas}×{result.tp} {result.hardware} "
+             f"({result.engine}): {result.workload}")
+    ax.set_title(title, fontsize=9)
+    out = _save(fig, path)
+    return Chart(out, title, "time (s)", "requests", "linear", "linear", series, panels=3)

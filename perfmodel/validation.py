@@ -31,6 +31,7 @@ from perfmodel.measurements import (
     read_measurements,
 )
 from perfmodel.ops.attention import Attention
+from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
@@ -296,6 +297,8 @@ class ValidationReport:
 
 
 StreamOp = Elementwise | Norm | Activation | Softmax
+#: The op of a batch of measured rows.
+RowOp = Gemm | Attention | StreamOp | AllReduce
 
 
 def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
@@ -319,6 +322,8 @@ def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
 def _batch_key(row: Measurement) -> tuple[Any, ...]:
     """Everything besides the shape that decides how a row is predicted."""
     labels = (row.timing, row.engine, row.kernel, row.quant, row.out_dtype, row.kv_dtype)
+    if row.op == "allreduce":  # NCCL's own choice when the row names NCCL, else an engine's
+        return (row.op, row.dtype, "nccl" if "nccl" in row.impl.lower() else "auto", *labels)
     if row.op not in ("gemm", "attention"):
         return (row.op, row.dtype, *labels)
     if row.op == "gemm":
@@ -343,9 +348,12 @@ def dtype_rule(dtype: str, notes: str, spec: HardwareSpec) -> tuple[str, str]:
 
 
 def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
-           spec: HardwareSpec) -> tuple[Gemm | Attention | StreamOp, str]:
+           spec: HardwareSpec) -> tuple[RowOp, str]:
     """The op of a batch of rows with one key, and the kernel rule used."""
     first = rows[0]
+    if key[0] == "allreduce":
+        return AllReduce(_arr(rows, "m", 1), gpus=_arr(rows, "n", 1), dtype=dtype,
+                         algorithm=str(key[2])), f"allreduce {key[2]}"
     if key[0] not in ("gemm", "attention"):
         return stream_op(key[0], dtype, _arr(rows, "m", 1), _arr(rows, "n", 1)), key[0]
     if key[0] == "gemm":
@@ -386,7 +394,7 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
 #: Weight copies AIConfigurator's GEMM collectors rotate between calls (their source):
 #: TensorRT-LLM ⌈L2 / weight bytes⌉ capped at 5 (inputs shared); vLLM 6 for bf16 and fp8,
 #: 1 for fp8 block and nvfp4 (inputs shared); SGLang 6 (inputs rotated too).
-def _aic_copies(engine: str, op: Gemm | Attention | StreamOp,
+def _aic_copies(engine: str, op: RowOp,
                 spec: HardwareSpec) -> tuple[Any, bool]:
     if not isinstance(op, Gemm):
         return 1.0, False
@@ -401,7 +409,7 @@ def _aic_copies(engine: str, op: Gemm | Attention | StreamOp,
     return 1.0, False
 
 
-def run_context(timing: str, engine: str, op: Gemm | Attention | StreamOp,
+def run_context(timing: str, engine: str, op: RowOp,
                 spec: HardwareSpec) -> RunContext:
     """The :class:`RunContext` of rows timed by method ``timing`` (floor included; an
     eager call's host time is the engine's constant)."""
@@ -415,7 +423,11 @@ def run_context(timing: str, engine: str, op: Gemm | Attention | StreamOp,
                       floor_s=floor, engine=engine)
 
 
-def _bare_roofline(op: Gemm | Attention | StreamOp, hw: HardwareSpec) -> Array:
+def _bare_roofline(op: RowOp, hw: HardwareSpec) -> Array:
+    if isinstance(op, AllReduce):  # ring bytes over the spec's GPU (else host) link
+        link = hw.interconnect.gpu_link or hw.interconnect.host_link
+        bw = link.bandwidth_per_direction if link is not None else hw.memory.bandwidth
+        return np.asarray(op.cost_of("ring").link_bytes / bw, dtype=np.float64)
     if isinstance(op, (Gemm, Attention)):
         flops, bytes_min = op.flops(), op.bytes_min()
         peak = hw.peak(op.dtype)
@@ -433,7 +445,7 @@ class Batch:
     run context; ``index`` are the rows' positions in :attr:`Prepared.rows`."""
 
     spec: HardwareSpec
-    op: Gemm | Attention | StreamOp
+    op: RowOp
     context: RunContext
     index: npt.NDArray[np.intp]
     rule: str

@@ -188,3 +188,39 @@ def test_module_name() -> None:
     assert module_name(PACKAGE_DIR / "ops" / "gemm.py") == "perfmodel.ops.gemm"
     assert module_name(PACKAGE_DIR / "__init__.py") == "perfmodel"
     assert module_name(PACKAGE_DIR / "cli" / "__init__.py") == "perfmodel.cli"
+
+
+#: Layer order of DESIGN.md section 2 for the packages that have one: a module may import
+#: its own layer or lower ones, never a higher one (cli and plots at the top).
+_LAYERS = (
+    ("perfmodel.hardware", "perfmodel.ops"),
+    ("perfmodel.timing",),
+    ("perfmodel.models", "perfmodel.sweeps"),
+    ("perfmodel.serving",),
+    ("perfmodel.planning", "perfmodel.planning_sim"),
+    ("perfmodel.calibrate", "perfmodel.plots", "perfmodel.cli"),
+)
+
+
+def _layer(module: str) -> int | None:
+    for i, packages in enumerate(_LAYERS):
+        if any(_within(module, p) for p in packages):
+            return i
+    return None
+
+
+def test_serving_and_planning_sit_in_their_layers() -> None:
+    bad = []
+    for p, name, imps in MODULES:
+        mine = _layer(name)
+        if mine is None or mine < _layer("perfmodel.serving"):  # type: ignore[operator]
+            continue
+        for i in imps:
+            theirs = _layer(i.module)
+            if theirs is not None and theirs > mine:
+                bad.append(f"{p.relative_to(PACKAGE_DIR.parent)}:{i.line} imports {i.module}")
+    below = [f"{p.relative_to(PACKAGE_DIR.parent)}:{i.line} imports {i.module}"
+             for p, name, imps in MODULES
+             if (_layer(name) or 0) < 3 for i in imps if _within(i.module, "perfmodel.serving")]
+    _violations("serving sits above models and below planning; planning below cli/plots",
+                bad + below)

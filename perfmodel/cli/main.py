@@ -23,7 +23,8 @@ from perfmodel._limits import clip_message
 __all__ = ["build_parser", "main"]
 
 #: Modules under perfmodel.cli providing subcommands (missing ones are skipped).
-_COMMANDS = ("specs", "predict", "validate", "model", "sweep", "plan", "calibrate", "traces")
+_COMMANDS = ("specs", "predict", "validate", "model", "sweep", "plan", "serve", "calibrate",
+             "traces")
 
 _EPILOG = """examples:
   perfmodel specs list

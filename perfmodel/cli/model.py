@@ -224,6 +224,21 @@ def _compare(cfg: TransformerConfig, preds: list[ModelPrediction]) -> None:
                            "capacity", "fits", "max batch"], rows)))
 
 
+def _cap_batch(cfg: TransformerConfig, preds: list[ModelPrediction],
+               args: argparse.Namespace) -> int:
+    """A single-GPU prediction whose batch does not fit memory is re-run at the largest
+    batch that fits (returns the batch asked for; 0 when nothing was capped). When not even
+    one sequence fits, the report says "does NOT fit" instead."""
+    if len(preds) != 1 or preds[0].memory.fits:
+        return 0
+    most = int(float(np.asarray(preds[0].memory.max_batch)))
+    if not 1 <= most < args.batch:
+        return 0
+    asked = int(args.batch)
+    args.batch = most
+    return asked
+
+
 def _to_dict(cfg: TransformerConfig, pred: ModelPrediction) -> dict[str, Any]:
     d = pred.to_dict()
     d["params"] = num_params(cfg)
@@ -248,6 +263,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_model(args.model)
     check_plot_target(args.plot, args.model, *args.gpu)
     preds = [_predict(cfg, gpu, args) for gpu in args.gpu]
+    capped_from = _cap_batch(cfg, preds, args)
+    if capped_from:
+        preds = [_predict(cfg, args.gpu[0], args)]
     if args.plot:
         from perfmodel import plots
         if len(preds) == 1:
@@ -258,11 +276,18 @@ def run(args: argparse.Namespace) -> int:
                                       args.plot)
     if args.json:
         if len(preds) == 1:
-            print(json.dumps(_to_dict(cfg, preds[0]), indent=2))
+            d = _to_dict(cfg, preds[0])
+            if capped_from:
+                d["batch_capped_from"] = capped_from
+            print(json.dumps(d, indent=2))
         else:
             print(json.dumps({"compare": [_to_dict(cfg, p) for p in preds]}, indent=2))
         return 0
     if len(preds) == 1:
+        if capped_from:
+            print(f"note: a batch of {capped_from} does not fit in memory at this context; "
+                  f"capped to {args.batch}, the largest that fits (more GPUs with --tp, or "
+                  "narrower --weight-dtype/--kv-dtype, hold more)\n")
         _report(cfg, preds[0], args)
     else:
         _compare(cfg, preds)

@@ -17,6 +17,7 @@ from perfmodel.cli._model_args import (
     fmt_time,
     gpu_list,
     positive_float,
+    positive_int,
     table,
     token_int,
     tp_int,
@@ -24,17 +25,22 @@ from perfmodel.cli._model_args import (
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
 from perfmodel.planning import Plan, Workload, plan
+from perfmodel.serving.requests import MAX_SIM_REQUESTS
 
 __all__ = ["register"]
 
 _EPILOG = """examples:
   perfmodel plan llama-3.1-70b --gpus a100-80gb-sxm,h100-sxm,h200-sxm --rps 10 \\
       --prompt 2048 --output 256 --ttft-ms 2000 --tpot-ms 50
+  perfmodel plan llama-3.1-70b --gpus h200-sxm --rps 10 --prompt 2048 --output 256 \\
+      --ttft-ms 2000 --tpot-ms 50 --engine trtllm --percentile p99
   perfmodel plan llama-3.1-70b --gpus h100-sxm,h200-sxm --rps 5 --prompt 8192 --output 512 \\
       --ttft-ms 3000 --tpot-ms 40 --weight-dtype fp8 --price h100-sxm=1.99 --json
   perfmodel plan mixtral-8x7b --gpus h100-sxm,a100-80gb-sxm --rps 20 --prompt 1024 \\
       --output 256 --ttft-ms 1000 --tpot-ms 30 --plot plan.png
 
+Each option is sized on the serving simulator (--method simulate): the highest Poisson
+request rate one replica sustains with TTFT and TPOT at --percentile within the targets.
 Prices come from each spec's pricing block (an assumption it states) unless --price gives
 USD per GPU-hour (ID=USD, or one number for every GPU).
 """
@@ -59,6 +65,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="TP degrees to consider (default 1,2,4,8)")
     p.add_argument("--price", action="append", default=[], metavar="ID=USD",
                    help="USD per GPU-hour for a GPU (repeatable), or one number for all")
+    p.add_argument("--method", choices=("simulate", "analytic"), default="simulate",
+                   help="simulate (default): size each option on the serving simulator; "
+                   "analytic: the closed-form continuous-batching estimate")
+    p.add_argument("--percentile", choices=("mean", "p50", "p90", "p99"), default="p90",
+                   help="statistic the TTFT and TPOT targets apply to (default p90)")
+    p.add_argument("--requests", type=_requests, default=400,
+                   help="requests per simulation (default 400)")
+    p.add_argument("--length-spread", type=float, default=1.0, metavar="A",
+                   help="lengths uniform in [A·L, L] (default 1: fixed)")
     add_dtype_flags(p)
     add_memory_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -66,6 +81,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="write a GPU comparison chart (.png, .svg or .pdf)")
     add_strict_flag(p)
     p.set_defaults(func=run)
+
+
+def _requests(text: str) -> int:
+    n = positive_int(text)
+    if n > MAX_SIM_REQUESTS:
+        raise argparse.ArgumentTypeError(f"{n:,} requests per simulation is above the cap of "
+                                          f"{MAX_SIM_REQUESTS:,}")
+    return n
 
 
 def _prices(items: list[str], gpus: list[str]) -> dict[str, float]:
@@ -147,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_model(args.model)
     check_plot_target(args.plot, args.model, *args.gpus)
     result = plan(cfg, args.gpus, wl, tp_options=tps, prices=_prices(args.price, args.gpus),
+                  method=args.method, percentile=args.percentile,
+                  requests=args.requests, length_spread=args.length_spread,
                   strict=args.strict, **dtype_options(args))
     if args.plot:
         from perfmodel.plots import plan_comparison_data, plot_gpu_comparison

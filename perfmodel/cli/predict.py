@@ -32,6 +32,7 @@ from perfmodel.ops import (
     Rotary,
     Softmax,
 )
+from perfmodel.ops.comm import ALGORITHMS
 from perfmodel.timing import Prediction, RunContext, predict
 
 __all__ = ["register"]
@@ -295,7 +296,11 @@ def _add_elementwise(p: argparse.ArgumentParser) -> None:
 
 def _add_allreduce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--numel", type=_size, required=True, help="elements in the buffer")
-    p.add_argument("--gpus", type=_size, required=True, help="GPUs in the ring (a count)")
+    p.add_argument("--gpus", type=_size, required=True, help="GPUs taking part (a count)")
+    p.add_argument("--algorithm", default="auto", choices=list(ALGORITHMS),
+                   help="auto: what inference engines run (custom one-/two-shot kernels on "
+                   "NVSwitch for small buffers, else NCCL); nccl: NCCL's own choice; or one "
+                   "algorithm")
     _dtype_flag(p)
 
 
@@ -329,8 +334,10 @@ _OPS: dict[str, _OpCommand] = {
                                                     flops_per_element=a.flops_per_element,
                                                     sfu_per_element=a.sfu_per_element,
                                                     dtype=a.dtype)),
-    "allreduce": _OpCommand("ring all-reduce across GPUs", _add_allreduce,
-                            lambda a: AllReduce(a.numel, gpus=a.gpus, dtype=a.dtype)),
+    "allreduce": _OpCommand("all-reduce across GPUs (NCCL, custom one/two-shot, NVLS)",
+                            _add_allreduce,
+                            lambda a: AllReduce(a.numel, gpus=a.gpus, dtype=a.dtype,
+                                                algorithm=a.algorithm)),
 }
 
 

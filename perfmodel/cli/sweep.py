@@ -37,6 +37,8 @@ _EPILOG = """examples:
   perfmodel sweep llama-2-7b --gpu h100-sxm --over batch --values 1:1024 --points 64 --log \\
       --context 4096 --format csv > batch.csv
   perfmodel sweep llama-3.1-70b --gpu h100-sxm --over tp --values 2,4,8 --json
+  perfmodel sweep llama-3.1-70b --gpu h200-sxm --tp 4 --over concurrency --values 1,8,32,128 \\
+      --prompt 1024 --gen 1024 --engine trtllm
 
 Values: a list (1,2,4,8), START:STOP:STEP (up to STOP, included when a step lands on it),
 or START:STOP with --points (--log for geometric spacing); at most 100,000 points. A value
@@ -55,7 +57,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="preset id or a config.json path")
     p.add_argument("--gpu", required=True, metavar="ID", help="bundled id or YAML spec")
-    p.add_argument("--over", required=True, choices=("prompt", "context", "batch", "tp"))
+    p.add_argument("--over", required=True,
+                   choices=("prompt", "context", "batch", "tp", "concurrency", "rate"),
+                   help="concurrency or rate: serving under load on the simulator "
+                   "(closed loop / Poisson; --prompt, --gen, --engine, --requests)")
     p.add_argument("--values", required=True, metavar="SPEC",
                    help="1,2,4 | START:STOP:STEP | START:STOP with --points")
     p.add_argument("--points", type=sweep_points,
@@ -68,6 +73,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--context", type=token_int, help="decode context (default --prompt)")
     p.add_argument("--gen", type=token_int, default=256, help="for --phase generate")
     p.add_argument("--tp", type=tp_int, default=1)
+    p.add_argument("--requests", type=positive_int,
+                   help="serving sweeps: requests per point (default 10×C, or 1000)")
     add_dtype_flags(p)
     add_memory_flags(p)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -122,8 +129,41 @@ def _table(res: SweepResult, rows: int) -> None:
         print(f"(showing {len(idx)} of {len(res.values)} points; --format csv for all)")
 
 
+def _serve_sweep(args: argparse.Namespace, values: np.ndarray) -> int:
+    from perfmodel.serving import scheduler_and_kernels
+    from perfmodel.serving.sweep import serve_sweep
+    opts = {k: getattr(args, k) for k in ("weight_dtype", "activation_dtype", "kv_dtype",
+                                          "expert_dtype")}
+    scheduler, kernels = scheduler_and_kernels(args.engine)
+    res = serve_sweep(args.model, args.gpu, args.over, values.tolist(), prompt=args.prompt,
+                      gen=args.gen, requests=args.requests, tp=args.tp, engine=scheduler,
+                      kernels=kernels, **opts)
+    fmt = "json" if args.json else args.format
+    rows = res.rows()
+    if fmt == "json":
+        print(json.dumps(res.to_dict()))
+        return 0
+    if fmt == "csv":
+        print(",".join(rows[0]))
+        for r in rows:
+            print(",".join(f"{v:.6g}" for v in r.values()))
+        return 0
+    first = res.results[0]
+    print(f"{first.model} on {first.tp} × {first.hardware}, engine {first.engine}: serving "
+          f"over {args.over}, prompt {args.prompt}, output {args.gen} tokens")
+    body = [[f"{r[args.over]:g}", fmt_time(r["ttft_mean_s"]), fmt_time(r["ttft_p90_s"]),
+             fmt_time(r["tpot_mean_s"]), fmt_time(r["tpot_p90_s"]),
+             f"{r['throughput_tok_s']:,.0f}", f"{r['per_gpu_tok_s']:,.0f}",
+             f"{r['requests_per_s']:.3g}"] for r in rows]
+    print("\n".join(table([args.over, "TTFT mean", "TTFT p90", "TPOT mean", "TPOT p90",
+                           "out tok/s", "per GPU", "req/s"], body)))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     values = parse_values(args.values, args.points, args.log)
+    if args.over in ("concurrency", "rate"):
+        return _serve_sweep(args, values)
     cfg = load_model(args.model)
     check_plot_target(args.plot, args.model, args.gpu)
     res = sweep(cfg, args.gpu, args.over, values, phase=args.phase, batch=args.batch,

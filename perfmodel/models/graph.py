@@ -22,7 +22,10 @@ Conventions (an inference server such as vLLM, stated so they can be argued with
   as non-causal attention over W keys; its K/V traffic counts W keys, not the band's
   S + W). Decode reads min(context, W) keys.
 - Residual adds and norms are separate kernels (servers often fuse them: a slight
-  overestimate of small-op time).
+  overestimate of small-op time). With ``fuse_allreduce`` (TensorRT-LLM's all-reduce +
+  residual add + RMSNorm kernel) each all-reduce of a TP layer also adds the residual and
+  normalises, so the layers' residual adds, post-attention norms and all but the first
+  input norm disappear where tp > 1.
 """
 
 from __future__ import annotations
@@ -177,13 +180,18 @@ def _moe(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes) -> list[Gr
 
 
 def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
-               attention: list[GraphOp], tp_active: bool) -> list[GraphOp]:
+               attention: list[GraphOp], tp_active: bool,
+               fuse_allreduce: bool = False) -> list[GraphOp]:
     """The ops of every layer in order, with ``attention`` given by the phase."""
     h, a, w, layers = cfg.hidden_size, dt.activation, dt.weight, float(cfg.num_layers)
     heads, kv = tp_heads(cfg, t)
     d = cfg.head_dim
+    fuse = fuse_allreduce and tp_active
+    # fused all-reduce + residual + norm: the separate kernels remain only where tp = 1
+    unfused: float | Array = np.where(t > 1, 0.0, layers) if fuse else layers
+    first_norm: float | Array = np.where(t > 1, 1.0, layers) if fuse else layers
     ops = [
-        _g("input_norm", Norm, layers, tokens=tokens, hidden=h, kind=cfg.norm, dtype=a),
+        _g("input_norm", Norm, first_norm, tokens=tokens, hidden=h, kind=cfg.norm, dtype=a),
         _g("qkv_proj", Gemm, layers, m=tokens, n=(heads + 2.0 * kv) * d, k=h, dtype=w,
            out_dtype=a, shared_b=True, bias=cfg.qkv_bias),
     ]
@@ -194,22 +202,24 @@ def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
     ops.append(_g("o_proj", Gemm, layers, m=tokens, n=h, k=heads * d, dtype=w, out_dtype=a,
                   shared_b=True, bias=cfg.o_bias))
     if tp_active:
-        ops.append(_g("attn_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a))
-    ops.append(_g("residual_add", Elementwise, 2.0 * layers, numel=tokens * h, reads=2.0,
+        ops.append(_g("attn_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a,
+                      fused_residual_norm=fuse))
+    ops.append(_g("residual_add", Elementwise, 2.0 * unfused, numel=tokens * h, reads=2.0,
                   writes=1.0, flops_per_element=1.0, dtype=a, kind="residual_add"))
-    ops.append(_g("post_attn_norm", Norm, layers, tokens=tokens, hidden=h, kind=cfg.norm,
+    ops.append(_g("post_attn_norm", Norm, unfused, tokens=tokens, hidden=h, kind=cfg.norm,
                   dtype=a))
     if cfg.is_moe:
         ops += _moe(cfg, tokens, t, dt)
     else:
         ops += _mlp(cfg, "", tokens, np.ceil(cfg.intermediate_size / t), dt, layers)
     if tp_active:
-        ops.append(_g("mlp_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a))
+        ops.append(_g("mlp_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a,
+                      fused_residual_norm=fuse))
     return ops
 
 
 def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dtypes,
-          attention: list[GraphOp]) -> list[GraphOp]:
+          attention: list[GraphOp], fuse_allreduce: bool = False) -> list[GraphOp]:
     h, a = cfg.hidden_size, dt.activation
     tp_active = bool(np.any(t > 1))
     vocab_t = np.ceil(cfg.vocab_size / t)
@@ -218,7 +228,7 @@ def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dty
     if tp_active:
         ops.append(_g("embed_allreduce", AllReduce, 1.0, False, numel=tokens * h, gpus=t,
                       dtype=a))
-    ops += _layer_ops(cfg, tokens, t, dt, attention, tp_active)
+    ops += _layer_ops(cfg, tokens, t, dt, attention, tp_active, fuse_allreduce)
     ops.append(_g("final_norm", Norm, 1.0, False, tokens=tokens, hidden=h, kind=cfg.norm,
                   dtype=a))
     ops.append(_g("lm_head", Gemm, 1.0, False, m=batch, n=vocab_t, k=h, dtype=a,
@@ -241,9 +251,10 @@ def _attn(name: str, count: float | Array, **args: Any) -> GraphOp:
 
 def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_prefix: Any = 0,
                   tp: Any = 1, dtypes: Dtypes | None = None,
-                  attention_impl: str = "flash") -> list[GraphOp]:
+                  attention_impl: str = "flash", fuse_allreduce: bool = False) -> list[GraphOp]:
     """Ops of a prefill of ``prompt_len`` new tokens per sequence after ``cached_prefix``
-    tokens already in the KV cache (prefix caching), ``batch`` sequences."""
+    tokens already in the KV cache (prefix caching), ``batch`` sequences
+    (``fuse_allreduce``: see the module docstring)."""
     dt = dtypes or Dtypes()
     b, p = _arr(batch, "batch"), _arr(prompt_len, "prompt_len")
     c, t = _arr(cached_prefix, "cached_prefix", 0.0), _arr(tp, "tp")
@@ -265,13 +276,15 @@ def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_pr
         attn.append(_attn("attention_sliding", np.where(band > 0, n, 0.0),
                           seq_q=np.maximum(band, 1.0), seq_kv=w + 0.0 * band, causal=False,
                           **common))
-    return _wrap(cfg, b * p, b, t, dt, attn)
+    return _wrap(cfg, b * p, b, t, dt, attn, fuse_allreduce)
 
 
 def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,
-                 dtypes: Dtypes | None = None, attention_impl: str = "flash") -> list[GraphOp]:
+                 dtypes: Dtypes | None = None, attention_impl: str = "flash",
+                 fuse_allreduce: bool = False) -> list[GraphOp]:
     """Ops of one decode step: ``batch`` sequences each adding one token to a KV cache
-    that then holds ``context_len`` tokens (the new one included)."""
+    that then holds ``context_len`` tokens (the new one included; ``fuse_allreduce``: see
+    the module docstring)."""
     dt = dtypes or Dtypes()
     b, ctx, t = _arr(batch, "batch"), _arr(context_len, "context_len"), _arr(tp, "tp")
     heads, kv = tp_heads(cfg, t)
@@ -285,4 +298,4 @@ def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any =
         w = float(cfg.sliding_window or 1)
         attn.append(_attn("attention_sliding", float(cfg.num_sliding_layers),
                           seq_kv=np.minimum(ctx, w), **common))
-    return _wrap(cfg, b, b, t, dt, attn)
+    return _wrap(cfg, b, b, t, dt, attn, fuse_allreduce)

@@ -23,6 +23,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Embedding, Norm, Rotary, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing.attention import time_flash
+from perfmodel.timing.comm import predict_allreduce
 from perfmodel.timing.constants import Constants, bundled_constants
 from perfmodel.timing.context import DEFAULT_CONTEXT, RunContext
 from perfmodel.timing.core import make_env, overlap, stream_time
@@ -39,15 +40,10 @@ StreamOp = Elementwise | Norm | Activation | Rotary | Softmax | Embedding
 Op = Gemm | Attention | StreamOp | AllReduce
 Timer = Callable[[Any, HardwareSpec, RunContext, Constants], Prediction]
 
-#: Achievable fraction of a GPU-GPU link's per-direction bandwidth (NVLink/IF measure
-#: 80–88 % of spec, PCIe 85–88 %: hardware-datasheets.md, memory and interconnect table).
-LINK_EFFICIENCY = 0.8
 #: Families with FA3/cuDNN-class fused attention (warp-specialised, TMA).
 _FA3_ARCHS = ("hopper", "blackwell")
 #: Kernel families that need TMA and warpgroup MMA (Hopper or later).
 _HOPPER_PLUS = ("flash3", "flash4")
-#: Per-step latency when the spec gives none for its link, s.
-DEFAULT_LINK_LATENCY_S = 5e-6
 
 
 def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
@@ -271,35 +267,10 @@ def _predict_stream(op: StreamOp, spec: HardwareSpec, ctx: RunContext,
     )
 
 
-def _predict_allreduce(op: AllReduce, spec: HardwareSpec, ctx: RunContext,
-                       consts: Constants) -> Prediction:
-    dtype = op.dtype if op.dtype in spec.peaks else "fp32"
-    k = knobs_for(spec, "comm", dtype if dtype in spec.peaks else next(iter(spec.peaks)))
-    link = spec.interconnect.gpu_link or spec.interconnect.host_link
-    if link is None:
-        raise PerfmodelError("hw.interconnect", f"{spec.id} has no GPU or host link in its spec",
-                             "add interconnect.gpu_link (or host_link) to the spec")
-    c = op.cost()
-    lat = link.latency if link.latency is not None else DEFAULT_LINK_LATENCY_S
-    link_s = c.link_bytes / (link.bandwidth_per_direction * LINK_EFFICIENCY) + c.link_steps * lat
-    hbm_s = np.where(c.bytes_hbm > 0, c.bytes_hbm / k.achievable_bandwidth, 0.0)
-    memory = np.maximum(link_s, hbm_s)
-    compute = c.vector_flops / k.vector_op_rate
-    overhead = c.launches * make_env(k, ctx, consts, spec.arch).kernel_s
-    latency = overlap(compute, memory, k.overlap_p) + overhead
-    details: dict[str, Any] = {"link": link.name, "link_s": link_s, "kernels": c.launches}
-    return make_prediction(
-        op="allreduce", hardware=spec.id, dtype=op.dtype, compute_s=compute, memory_s=memory,
-        overhead_s=overhead, latency_s=latency, flops=c.flops, bytes_=c.link_bytes,
-        bytes_min=c.link_bytes, peak=k.vector_op_rate * 2.0,
-        bandwidth=link.bandwidth_per_direction, ridge_point=_ridge(k), details=details,
-    )
-
-
 #: The timing function of each op class.
 _TIMERS: dict[type, Timer] = {
     Gemm: _predict_gemm,
     Attention: _predict_attention,
-    AllReduce: _predict_allreduce,
+    AllReduce: predict_allreduce,
     **dict.fromkeys((Elementwise, Norm, Activation, Rotary, Softmax, Embedding), _predict_stream),
 }
