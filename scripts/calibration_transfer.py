@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no AIConfigurator CSVs under {args.data / 'aic'}", file=sys.stderr)
         return 2
     start = time.time()
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     rows = [r for f in files for r in read_rows(f, strict=False)[0]]
     devices = sorted({r.spec for r in rows})
     bases = {}
@@ -70,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         for dev in devices:
             t0 = time.time()
             bases[dev] = leave_out_constants(measured, dev, args.cache / f"without-{dev}.json",
-                                             progress=None)
+                                             progress=say)
             print(f"constants without {dev}: {time.time() - t0:.0f} s", file=sys.stderr,
                   flush=True)
     results = evaluate_pairs(rows, max_fit_rows=args.max_fit_rows, bases=bases,
-                             progress=lambda s: print(s, file=sys.stderr, flush=True))
+                             progress=say)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
         return 0
