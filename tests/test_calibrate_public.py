@@ -223,6 +223,14 @@ def test_public_budget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     assert "target met" in text
     assert "1 of 1 groups" in text
+    code = main(["calibrate", "public", str(tmp_path), "--max-fit-rows", "300", "--pick",
+                 "design", "--fit", "parts", "--residual", "off", "--markdown"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert text.startswith("| group | test | n | fit | held out |")
+    assert "/q=per-tensor/torch_flow | shapes |" in text
+    assert "Target met (held-out median ≤ 4% and p90 ≤ 12%" in text
+    assert ": 1 of 1 groups" in text
     code = main(["calibrate", "public", str(tmp_path), "--pick", "best"])
     assert code == 2
     assert "--pick" in capsys.readouterr().err

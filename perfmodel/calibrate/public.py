@@ -62,8 +62,8 @@ from perfmodel.measurements import is_suspect
 from perfmodel.ops.cost import Array
 
 __all__ = ["METHODS", "PICKS", "GroupEval", "dense_ceiling", "design_fit_shapes",
-           "evaluate_group", "evaluate_public", "group_label", "meets_budget_target",
-           "pick_fit_shapes"]
+           "evaluate_group", "evaluate_public", "group_label", "markdown_table",
+           "meets_budget_target", "pick_fit_shapes"]
 
 #: Rules for choosing the fit rows of a group (module docstring).
 PICKS: tuple[str, ...] = ("time", "design")
@@ -223,6 +223,48 @@ def meets_budget_target(ev: GroupEval) -> bool:
         bounds.append(CEILING_SLACK * ceiling if math.isfinite(ceiling) and ceiling > target
                       else target)
     return ev.after_median <= bounds[0] and ev.after_p90 <= bounds[1]
+
+
+def markdown_table(groups: Sequence[dict[str, Any]], seconds: float | None = None
+                   ) -> list[str]:
+    """Lines of a Markdown table of evaluations (:meth:`GroupEval.to_dict` mappings, as
+    ``calibrate public --json`` prints them) with a summary: held-out median / p90 before
+    and after calibration, the dense ceiling, and whether the fit-budget target is met."""
+    def pct(a: Any, b: Any) -> str:
+        return "—" if a is None or b is None else f"{100 * a:.1f}% / {100 * b:.1f}%"
+
+    lines = ["| group | test | n | fit | held out | before (bundled) | after | dense ceiling "
+             "| target met |", "|---|---|---:|---:|---:|---:|---:|---:|:-:|"]
+    shapes = [g for g in groups if g["kind"] == "shapes"]
+    for g in groups:
+        met = ("✓" if g.get("meets_budget_target") else "") if g["kind"] == "shapes" else "—"
+        lines.append(f"| {g['group']} | {g['kind']} | {g['n']} | {g['n_fit']} | "
+                     f"{g['n_test']} | {pct(g['before_median'], g['before_p90'])} | "
+                     f"{pct(g['after_median'], g['after_p90'])} | "
+                     f"{pct(g['ceiling_median'], g['ceiling_p90'])} | {met} |")
+    if shapes:
+        def mean(key: str) -> float:
+            values = [g[key] for g in shapes if g[key] is not None]
+            return float(np.mean(values)) if values else math.nan
+
+        strict = sum(1 for g in shapes if g["after_median"] is not None
+                     and g["after_median"] <= BUDGET_MEDIAN and g["after_p90"] <= BUDGET_P90)
+        ceil = sum(1 for g in shapes if g["ceiling_median"] is not None
+                   and g["ceiling_median"] <= BUDGET_MEDIAN and g["ceiling_p90"] <= BUDGET_P90)
+        lines.append(f"| **mean of the groups** | | {len(shapes)} groups | | | "
+                     f"{pct(mean('before_median'), mean('before_p90'))} | "
+                     f"{pct(mean('after_median'), mean('after_p90'))} | "
+                     f"{pct(mean('ceiling_median'), mean('ceiling_p90'))} | "
+                     f"{sum(1 for g in shapes if g.get('meets_budget_target'))} |")
+        lines.append("")
+        lines.append(f"Target met (held-out median ≤ {BUDGET_MEDIAN:.0%} and p90 ≤ "
+                     f"{BUDGET_P90:.0%}, each bound {CEILING_SLACK:g}× the dense ceiling's "
+                     f"figure where that is above it): "
+                     f"{sum(1 for g in shapes if g.get('meets_budget_target'))} of "
+                     f"{len(shapes)} groups; {strict} within {BUDGET_MEDIAN:.0%} / "
+                     f"{BUDGET_P90:.0%} outright, where {ceil} dense ceilings are."
+                     + (f" Run time {seconds:.0f} s." if seconds is not None else ""))
+    return lines
 
 
 def _ape(pred: Any, meas: Any) -> tuple[float, float]:

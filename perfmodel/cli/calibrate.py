@@ -218,6 +218,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "kernel-ridge residual: no inner search)")
     p.add_argument("--jobs", type=_threads, default=1,
                    help="groups evaluated in parallel processes (default 1)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the table and its summary as Markdown (as in the README)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=public_cmd)
 
@@ -637,6 +639,12 @@ def public_cmd(args: argparse.Namespace) -> int:
         print(json.dumps({"groups": [e.to_dict() for e in evals],
                           "skipped": [list(s) for s in skipped],
                           "seconds": round(seconds, 1)}, indent=2, allow_nan=False))
+        return 0
+    if args.markdown:
+        from perfmodel.calibrate.public import markdown_table
+
+        for line in markdown_table([e.to_dict() for e in evals], seconds):
+            print(line)
         return 0
     budget = args.pick == "design"
     rows = [{**e.to_dict(), "group": e.name,
