@@ -435,31 +435,48 @@ def shape_table(x: Array, e: Array, w0: float = _SHAPE_W0) -> list[list[float]]:
 
 
 _GP_WIDTHS = (0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-_GP_RIDGES = (0.03, 0.1, 0.3, 1.0, 3.0)
+#: Length scales as multiples of each coordinate's spread over the points.
+_GP_SCALED = (0.2, 0.3, 0.45, 0.7, 1.0, 1.5)
+_GP_RIDGES = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 
 
 def gp_table(x: Array, e: Array) -> list[list[float]]:
-    """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h … h, 0] then
-    [x_1 … x_d, α_i] per point, (h, λ) chosen by closed-form leave-one-out (mean |error|).
-    More than :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
+    """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h_1 … h_d, c] then
+    [x_1 … x_d, α_i] per point, α = (K + λI)⁻¹(e − c). Candidates: one length scale h for
+    every coordinate (log2 units, :data:`_GP_WIDTHS`), or h_j = s·σ_j, σ_j the spread of
+    coordinate j over the points (a coordinate that does not vary gets h_j = 1000: it
+    plays no part); c = 0 (far from every point the correction fades to the parametric
+    model) or c = median(e) (it fades to the points' typical correction). The candidate
+    and λ are chosen by closed-form leave-one-out (mean |e_i − r_{−i}| = mean
+    |α_i / [(K + λI)⁻¹]_ii|, from one eigendecomposition of K per candidate). More than
+    :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
     (:func:`thin_points`)."""
     xs, es = thin_points(x, e)
     n, d = xs.shape
-    d2 = ((xs[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
-    best: tuple[float, float, Array] = (math.inf, _GP_WIDTHS[0], np.zeros(n))
-    for h in _GP_WIDTHS:
-        kern = np.exp(-0.5 * d2 / h**2)
-        for lam in _GP_RIDGES:
-            try:
-                inv = np.linalg.inv(kern + lam * np.eye(n))
-            except np.linalg.LinAlgError:
-                continue
-            alpha = inv @ es
-            loo = float(np.mean(np.abs(alpha / np.diag(inv))))
-            if loo < best[0]:
-                best = (loo, h, alpha)
-    _, h, alpha = best
-    rows = [[*([h] * d), 0.0]]
+    spread = xs.std(axis=0)
+    scales = [np.full(d, h) for h in _GP_WIDTHS]
+    scales += [np.where(spread > 0, s * np.maximum(spread, 1e-9), 1000.0) for s in _GP_SCALED]
+    offsets = (0.0, round(float(np.median(es)), 6))
+    best: tuple[float, Array, float, Array] = (math.inf, scales[0], 0.0, np.zeros(n))
+    for h in scales:
+        z = xs / h
+        kern = np.exp(-0.5 * ((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=-1))
+        try:
+            vals, vecs = np.linalg.eigh(kern)
+        except np.linalg.LinAlgError:
+            continue
+        vals = np.maximum(vals, 0.0)
+        sq = vecs**2
+        for c in offsets:
+            proj = vecs.T @ (es - c)
+            for lam in _GP_RIDGES:
+                inv_vals = 1.0 / (vals + lam)
+                alpha = vecs @ (inv_vals * proj)
+                loo = float(np.mean(np.abs(alpha / (sq @ inv_vals))))
+                if loo < best[0]:
+                    best = (loo, h, c, alpha)
+    _, h, c, alpha = best
+    rows = [[*(float(v) for v in h), c]]
     rows.extend([*(round(float(v), 6) for v in xi), float(ai)]
                 for xi, ai in zip(xs, alpha, strict=True))
     return rows

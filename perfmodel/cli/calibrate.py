@@ -643,7 +643,8 @@ def public_cmd(args: argparse.Namespace) -> int:
     if args.markdown:
         from perfmodel.calibrate.public import markdown_table
 
-        for line in markdown_table([e.to_dict() for e in evals], seconds):
+        for line in markdown_table([e.to_dict() for e in evals], seconds,
+                                   budget=args.pick == "design"):
             print(line)
         return 0
     budget = args.pick == "design"
