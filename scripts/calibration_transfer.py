@@ -5,10 +5,10 @@ issue 12's transfer target.
 
 For every ordered pair (A, B) of A100, H100, B200 and L40S: fit A on at most 300 designed
 shapes per group, carry the kernel-family part to B's spec, and compare B's median APE
-with B's spec-only one (:mod:`perfmodel.calibrate.transfer_eval`), under two tables of
-model constants: the bundled one (fitted on all four GPUs: spec-only is in-sample for B)
-and one refitted without B's rows (the honest baseline; these refits are cached under
-``--cache``, a few minutes each on two cores the first time).
+with B's spec-only one (:mod:`perfmodel.calibrate.transfer_eval`), under three tables of
+model constants: the bundled one (fitted on all four GPUs: spec-only is in-sample for B),
+one refitted without B's rows (the honest baseline; these refits are cached under
+``--cache``, 5-20 minutes each on two busy cores the first time), and the priors alone.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="folder for the constants refitted without each GPU")
     ap.add_argument("--max-fit-rows", type=int, default=300)
     ap.add_argument("--bundled-only", action="store_true",
-                    help="skip the refits without each GPU (the honest baseline)")
+                    help="only the bundled table (no refits without each GPU, no priors)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     files = sorted((args.data / "aic").glob("*.csv"))
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"constants without {dev}: {time.time() - t0:.0f} s", file=sys.stderr,
                   flush=True)
     results = evaluate_pairs(rows, max_fit_rows=args.max_fit_rows, bases=bases,
-                             progress=say)
+                             priors=not args.bundled_only, progress=say)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
         return 0

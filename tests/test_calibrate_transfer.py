@@ -113,6 +113,7 @@ def _profile(hw: pm.HardwareSpec) -> pm.HardwareSpec:
              "gemm/int4": {"overhead_s": 7e-6}},
         residuals={"gemm/bf16": [[-1.0, 0.0], [1.0, 0.1]]},
         constants={"graph_kernel_s.hopper": 1.7e-6, "gemm.cutlass.per-tensor.efficiency": 0.9,
+                   "attn.triton.efficiency.hopper.sglang": 0.3,
                    "host.vllm.eager_s.cutlass.hopper": 1e-4})
     return prof
 
@@ -123,16 +124,22 @@ def test_transfer_rules() -> None:
     cal = result.spec.calibration
     assert cal is not None
     assert cal.params == {"gemm/bf16": {"overhead_s": 5e-6, "tile_efficiency_exponent": 1.4}}
-    assert cal.constants == {"graph_kernel_s.blackwell": 1.7e-6,
+    assert cal.constants == {"attn.triton.efficiency.blackwell.sglang": 0.3,
                              "gemm.cutlass.per-tensor.efficiency": 0.9}
     assert cal.residuals == {}
     dropped = dict(result.dropped)
     assert "device figure" in dropped["params.gemm/bf16.compute_fraction"]
     assert "no int4 peak" in dropped["params.gemm/int4"]
     assert "measured machine" in dropped["constants.host.vllm.eager_s.cutlass.hopper"]
+    assert "same architecture" in dropped["constants.graph_kernel_s.hopper"]
     assert "local correction" in dropped["residuals.gemm/bf16"]
     assert cal.environment["transfer_from"] == "h100-sxm"
     assert result.within_reach
+    # to a GPU of the same architecture the architecture's own figures travel too
+    same = transfer(_profile(h100), pm.load_hardware("h200-sxm")).spec.calibration
+    assert same is not None
+    assert same.constants["graph_kernel_s.hopper"] == 1.7e-6
+    assert same.constants["attn.triton.efficiency.hopper.sglang"] == 0.3
 
 
 def test_rekey_and_reach() -> None:
@@ -180,30 +187,32 @@ def test_transfer_command_writes_a_loadable_profile(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = _write_profile(tmp_path / "h100.cal.yaml")
     before = src.read_bytes()
-    code, out, err = _run(["calibrate", "transfer", str(src), "--to", "b200", "--out",
-                           str(tmp_path / "b200.cal.yaml")], capsys)
+    code, out, err = _run(["calibrate", "transfer", str(src), "--to", "h200-sxm", "--out",
+                           str(tmp_path / "h200.cal.yaml")], capsys)
     assert code == 0, err
-    assert "h100-sxm (hopper) -> b200 (blackwell)" in out
-    assert "carried graph_kernel_s.blackwell" in out
-    assert "device compute_fraction.bf16: spec: b200" in out
+    assert "h100-sxm (hopper) -> h200-sxm (hopper)" in out
+    assert "carried graph_kernel_s.hopper" in out
+    assert "device compute_fraction.bf16: spec: h200-sxm" in out
     assert src.read_bytes() == before
-    hw = pm.load_hardware(str(tmp_path / "b200.cal.yaml"))
-    assert hw.id == "b200"
+    hw = pm.load_hardware(str(tmp_path / "h200.cal.yaml"))
+    assert hw.id == "h200-sxm"
     assert hw.calibration is not None
-    assert hw.calibration.constants["graph_kernel_s.blackwell"] == 1.7e-6
+    assert hw.calibration.constants["graph_kernel_s.hopper"] == 1.7e-6
     assert "transfer_source_profile_sha256" in hw.calibration.environment
     # predictions read the carried constants: a graph-replayed tiny GEMM pays the floor
     from perfmodel.timing.context import RunContext
 
     op, ctx = pm.Gemm(m=1, n=64, k=64, dtype="bf16"), RunContext(launch="graph")
     carried = pm.predict(op, hw, context=ctx).latency_s
-    plain = pm.predict(op, "b200", context=ctx).latency_s
+    plain = pm.predict(op, "h200-sxm", context=ctx).latency_s
     assert float(carried) - float(plain) == pytest.approx(
-        1.7e-6 - pm.timing.constants.bundled_constants()["graph_kernel_s.blackwell"], rel=1e-6)
+        1.7e-6 - pm.timing.constants.bundled_constants()["graph_kernel_s.hopper"], rel=1e-6)
     code, out, _ = _run(["calibrate", "transfer", str(src), "--to", "b200", "--out",
-                         str(tmp_path / "b200b.cal.yaml"), "--json"], capsys)
+                         str(tmp_path / "b200.cal.yaml"), "--json"], capsys)
     doc = json.loads(out)
-    assert doc["constants"]["graph_kernel_s.blackwell"]["from"] == "graph_kernel_s.hopper"
+    assert doc["constants"]["attn.triton.efficiency.blackwell.sglang"]["from"] == \
+        "attn.triton.efficiency.hopper.sglang"
+    assert "graph_kernel_s.blackwell" not in doc["constants"]
     assert doc["provenance"]["device.memory_fraction"].startswith("spec: b200")
 
 

@@ -14,8 +14,11 @@ spec's profile from the family part alone:
   carried to the target's (``attn.triton.efficiency.blackwell``): the assumption that a
   kernel family behaves on the target's architecture as on the source's, which is why a
   transfer is meant for the same or a neighbouring architecture (:func:`within_reach`).
-  The host dispatch time of eager calls (``host.*``) belongs to the measured machine and
-  is not carried;
+  Constants of the architecture itself rather than of a kernel family
+  (:data:`ARCH_CONSTANTS`: the graph floor of a kernel, whose declaration says it differs
+  by architecture, and the L2 residency fractions of the cache) are carried only to a GPU
+  of the same architecture. The host dispatch time of eager calls (``host.*``) belongs to
+  the measured machine and is not carried;
 - device figures (``compute_fraction``, ``memory_fraction``) are not carried: the target
   keeps its spec's achievable fractions (``efficiency.compute``, ``efficiency.memory``);
 - residual tables are not carried: they correct the source device's own shapes.
@@ -37,7 +40,12 @@ from perfmodel.calibrate.parts import DEVICE_PARAMS, FAMILY_PARAMS, is_device_co
 from perfmodel.hardware.spec import Calibration, HardwareSpec
 from perfmodel.timing.constants import ARCH_FAMILIES, PARAMS
 
-__all__ = ["ARCH_ORDER", "Transfer", "rekey", "transfer", "within_reach"]
+__all__ = ["ARCH_CONSTANTS", "ARCH_ORDER", "Transfer", "rekey", "transfer", "within_reach"]
+
+#: Model constants that describe an architecture's launch machinery and cache, not a
+#: kernel family (name prefixes): carried only between GPUs of one architecture.
+ARCH_CONSTANTS: tuple[str, ...] = ("graph_kernel_s", "l2_capacity_fraction",
+                                   "l2_bandwidth_fraction")
 
 #: NVIDIA architecture families in order; neighbours are one step apart, and Ampere and
 #: Hopper (the two datacentre generations either side of Ada) count as neighbours too.
@@ -162,6 +170,11 @@ def transfer(profile: HardwareSpec, target: HardwareSpec, *,
         if is_device_constant(name):
             dropped.append((f"constants.{name}", "host dispatch time: a property of the "
                             "measured machine"))
+            continue
+        if name.split(".")[0] in ARCH_CONSTANTS and profile.arch != target.arch:
+            dropped.append((f"constants.{name}", f"a figure of the {profile.arch} "
+                            "architecture (launch, cache), not of a kernel family: carried "
+                            "only to the same architecture"))
             continue
         new = rekey(name, profile.arch, target.arch)
         if new is None:

@@ -12,13 +12,14 @@ A100, H100, B200, L40S):
 3. predict every row of B with the transferred profile and with B's spec alone
    ("spec-only"), and compare their APE.
 
-Both start from a table of model constants, the *base*: either the bundled table (fitted
-on every device's rows, B's included: spec-only is then in-sample for B, a baseline a
-transfer can hardly beat), or a table refitted from the priors without B's rows
+Both start from a table of model constants, the *base*: the bundled table (fitted on every
+device's rows, B's included: spec-only is then in-sample for B, a baseline a transfer can
+hardly beat); a table refitted from the priors without B's rows
 (:func:`perfmodel.calibrate.constants.fit_public` on the other devices' rows, as
 ``perfmodel validate --leave-gpu-out`` does): the honest baseline for a GPU nobody
-measured. With the leave-B-out base, A's calibration is fitted from that base too, so
-no number for B has seen B's rows.
+measured; or the priors alone (no table: the model as datasheets and physical defaults
+give it, before any public measurement). A's calibration is fitted from the same base, so
+under the last two no number for B has seen B's rows.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class PairResult:
     source: str
     target: str
     base: str
-    """``bundled`` or ``without <target>``."""
+    """``bundled``, ``without <target>`` or ``priors``."""
     n: int
     spec_median: float
     spec_p90: float
@@ -140,13 +141,13 @@ def _fit_source(rows: Sequence[Row], hw: HardwareSpec, base: Constants | None,
 def evaluate_pairs(rows: Sequence[Row], *, max_fit_rows: int = 300,
                    bases: Mapping[str, Constants | None] | None = None,
                    pairs: Sequence[tuple[str, str]] | None = None,
-                   min_rows: int = 100,
+                   min_rows: int = 100, priors: bool = False,
                    progress: Callable[[str], None] | None = None) -> list[PairResult]:
     """Transfer results for ordered device pairs (default: every ordered pair of the
     devices in ``rows``). ``bases`` maps a target device to the constants to start from
-    (None: bundled); results are computed under the bundled table and, for each target in
-    ``bases``, under that target's table. Rows whose notes say SUSPECT and groups with
-    fewer than ``min_rows`` rows are left out."""
+    (None: bundled); results are computed under the bundled table, for each target in
+    ``bases`` under that target's table, and (``priors``) under the priors alone. Rows
+    whose notes say SUSPECT and groups with fewer than ``min_rows`` rows are left out."""
     by_device: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         if not is_suspect(r.notes):
@@ -161,11 +162,13 @@ def evaluate_pairs(rows: Sequence[Row], *, max_fit_rows: int = 300,
     plans: list[tuple[str, Constants | None]] = [("bundled", None)]
     for dev, consts in (bases or {}).items():
         plans.append((f"without {dev}", consts))
+    if priors:
+        plans.append(("priors", Constants()))
     fitted: dict[tuple[str, str], HardwareSpec] = {}
     out: list[PairResult] = []
     for label, base in plans:
         for a, b in todo:
-            if label != "bundled" and label != f"without {b}":
+            if label.startswith("without ") and label != f"without {b}":
                 continue
             key = (a, label)
             if key not in fitted:
