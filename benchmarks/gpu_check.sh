@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # GPU check of perfmodel's calibration: on a machine with an NVIDIA GPU and torch, measure the
 # designed suite for a few minutes, fit the timing model, and print the before/after table
-# (after = leave-shape-out cross-validated, i.e. on shapes the fit never saw).
+# (after = leave-shape-out cross-validated, i.e. on shapes the fit never saw); then fit the
+# calibration in parts (device figures, kernel-family constants, residual), carry its family
+# part onto this GPU's own spec and onto a neighbouring GPU's spec (calibrate transfer), and
+# print before/after on this GPU's rows: spec only, the family part carried (device figures
+# at the spec's values), the whole calibration in-sample and held out.
 #
 #   benchmarks/gpu_check.sh                 run the check (GPU machine; ~5 minutes)
 #   benchmarks/gpu_check.sh --fetch-wheels  on a machine with pip and network: download the
@@ -12,8 +16,10 @@
 # Environment:
 #   BUDGET    measuring budget (default 4m; fit and report add well under a minute)
 #   GPU_SPEC  spec id or YAML (default: resolved from the device name, e.g. h200-sxm)
-#   OUT       output folder (default ./gpu_check_out): CSV, environment, calibrated profile,
-#             report JSON, scatter plot
+#   OUT       output folder (default ./gpu_check_out): CSV, environment, calibrated profiles,
+#             transferred profiles, report JSON, scatter plot
+#   TRANSFER_TO  spec to carry the calibration to (default: a neighbouring architecture's:
+#             Ampere and Ada -> h100-sxm, Hopper -> b200, Blackwell -> h200-sxm)
 #   PYTHON    interpreter (default python3)
 set -euo pipefail
 
@@ -82,6 +88,66 @@ echo "== calibrate fit"
 echo "== calibrate report (before = spec defaults; after = held out, 5-fold over shapes)"
 "${PM[@]}" calibrate report "$CSV" --gpu "$OUT/calibrated.yaml" --plot "$OUT/scatter.png"
 "${PM[@]}" calibrate report "$CSV" --gpu "$OUT/calibrated.yaml" --json > "$OUT/report.json"
+
+echo "== calibrate fit --fit parts (device figures, kernel-family constants, residual)"
+"${PM[@]}" calibrate fit "$CSV" "${SPEC_ARGS[@]}" --fit parts --out "$OUT/parts.yaml"
+
+# the plain spec this GPU was measured as (GPU_SPEC, else the CSV's spec column)
+SPEC_ID="${GPU_SPEC:-$("$PYTHON" - "$CSV" <<'EOF'
+import csv, sys
+with open(sys.argv[1], newline="", encoding="utf-8-sig") as fh:
+    print(next(r["spec"] for r in csv.DictReader(fh) if r.get("spec")))
+EOF
+)}"
+if [[ -z "${TRANSFER_TO:-}" ]]; then
+    TRANSFER_TO="$("$PYTHON" - "$SPEC_ID" <<'EOF'
+import sys
+import perfmodel as pm
+arch = pm.load_hardware(sys.argv[1]).arch
+print({"ampere": "h100-sxm", "ada": "h100-sxm", "hopper": "b200"}.get(arch, "h200-sxm"))
+EOF
+)"
+fi
+
+echo "== calibrate transfer: the family part onto $SPEC_ID itself and onto $TRANSFER_TO"
+"${PM[@]}" calibrate transfer "$OUT/parts.yaml" --to "$SPEC_ID" --out "$OUT/self-transfer.yaml"
+"${PM[@]}" calibrate transfer "$OUT/parts.yaml" --to "$TRANSFER_TO" \
+    --out "$OUT/transfer-$(basename "${TRANSFER_TO%.yaml}").yaml"
+
+echo "== before / after on this GPU's rows (median / p90 APE)"
+"$PYTHON" - "$CSV" "$SPEC_ID" "$OUT" <<'EOF'
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.calibrate.data import dataset_from_rows, read_rows
+from perfmodel.calibrate.report import cross_validate
+from perfmodel.cli.calibrate import _parts_fitter
+from perfmodel.hardware.catalog import load_hardware
+
+csv_path, spec_id, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+rows, _ = read_rows(csv_path)
+data = dataset_from_rows(rows)
+spec = load_hardware(spec_id)
+cv = cross_validate(data, spec, folds=5, residual="gp", fitter=_parts_fitter)
+lines = {
+    "spec only": data.predict(spec),
+    "family part carried, device figures at the spec's":
+        data.predict(load_hardware(str(out / "self-transfer.yaml"))),
+    "whole calibration, in-sample": data.predict(load_hardware(str(out / "parts.yaml"))),
+    "whole calibration, held out (5-fold over shapes)": cv.heldout_s,
+}
+groups = ["all", *sorted({r.family for r in rows})]
+print(f"{'':52s} " + " ".join(f"{g:>17s}" for g in groups))
+for name, pred in lines.items():
+    cells = []
+    for g in groups:
+        mask = np.asarray([g in ("all", r.family) for r in rows])
+        ape = np.abs(pred[mask] / data.measured_s[mask] - 1.0)
+        cells.append(f"{100 * np.median(ape):5.1f}% / {100 * np.percentile(ape, 90):5.1f}%")
+    print(f"{name:52s} " + " ".join(f"{c:>17s}" for c in cells))
+EOF
 
 echo "== done in $(( $(date +%s) - start )) s; files in $OUT"
 ls -l "$OUT"

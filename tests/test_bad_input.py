@@ -59,6 +59,10 @@ def _csv(*rows: str, header: str = HEADER) -> str:
     return "\n".join([header, *rows]) + "\n"
 
 
+#: A calibrated profile (what calibrate fit writes, cut to the fields that matter here).
+CAL_YAML = ("extends: h100-sxm\nid: h100-cal\ncalibration:\n  date: '2026-01-01'\n"
+            "  device: h100-sxm\n  points: 10\n  params: {gemm/bf16: {overhead_s: 5.0e-6}}\n"
+            "  constants: {graph_kernel_s.hopper: 1.5e-6}\n")
 GOOD_CSV = _csv(*(GEMM_ROW.format(m=2**i, n=512, k=512, t=5 + 2**i / 100) for i in range(4, 12)))
 LLAMA = json.loads((Path(pm.__file__).parent / "models" / "presets" / "llama-2-7b.json")
                    .read_text(encoding="utf-8"))
@@ -287,6 +291,18 @@ def _path_cases() -> list[Case]:
            "is a folder", plots__keep=""),
         _c("calibrate fit missing CSV", "calibrate fit none.csv --gpu h100-sxm --out c.yaml", 2,
            "file not found"),
+        _c("calibrate transfer a plain spec", "calibrate transfer my.yaml --to b200 --out o.yaml",
+           2, "not a calibrated profile", my__yaml=H100_YAML),
+        _c("calibrate transfer --out the profile", "calibrate transfer cal.yaml --to b200 "
+           "--out cal.yaml", 2, "is the input file", cal__yaml=CAL_YAML),
+        _c("calibrate transfer --to another vendor", "calibrate transfer cal.yaml --to mi300x "
+           "--out o.yaml", 2, "amd device", cal__yaml=CAL_YAML),
+        _c("calibrate transfer --to a calibrated profile", "calibrate transfer cal.yaml --to "
+           "cal.yaml --out o.yaml", 2, "calibrated profile already", cal__yaml=CAL_YAML),
+        _c("calibrate transfer --to nowhere", "calibrate transfer cal.yaml --to h999 "
+           "--out o.yaml", 2, "h999", cal__yaml=CAL_YAML),
+        _c("calibrate transfer: missing profile", "calibrate transfer none.yaml --to b200 "
+           "--out o.yaml", 2, "file not found"),
         _c("model: a folder without config.json", "model plots --gpu h100-sxm --prompt 8 "
            "--gen 2", 2, "no such file", plots__keep=""),
         _c("model: missing config", "model none.json --gpu h100-sxm --prompt 8 --gen 2", 2,

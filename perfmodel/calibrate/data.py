@@ -20,6 +20,11 @@ softmax       m = rows, n = columns        Softmax(m, n)
 
 Reading is strict: a calibration fitted on a file with a bad line would silently rest on
 fewer points than the user believes, so any unusable line is an error naming the line.
+
+Rows become ops through :func:`perfmodel.validation.prepare`, the one mapping from a
+measured row to what perfmodel predicts (kernel family from the engine's label, run context
+from the timing method: CUDA-graph replay, warm L2, rotated weight copies, floors), so a
+calibration fits exactly the predictions ``perfmodel validate`` scores.
 """
 
 from __future__ import annotations
@@ -33,19 +38,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._limits import MAX_FIT_ROWS
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.hardware.catalog import resolve_id
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.measurements import csv_records, parse_row, parse_time_us
+from perfmodel.measurements import Measurement, csv_records, parse_row, parse_time_us
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.timing import Prediction, predict
-from perfmodel.validation import dtype_rule, kernel_path, stream_op, timing_floor
+from perfmodel.timing.constants import Constants
+from perfmodel.validation import Batch, Prepared, dtype_rule, kernel_path, prepare
 
 __all__ = [
     "STREAM_OPS", "Dataset", "Row", "as_run_on", "check_device", "dataset_from_rows",
@@ -82,10 +89,42 @@ class Row:
     unstable: bool = False
     case: str = ""
     notes: str = ""
+    record: Measurement | None = field(default=None, compare=False, repr=False)
+    """The row as read (engine, kernel, scheme and KV-dtype labels included); rows made in
+    code without one get it from ``static`` and ``sizes`` (:meth:`measurement`)."""
 
     @property
     def family(self) -> str:
         return row_family(self)
+
+    @property
+    def group_key(self) -> tuple[str, ...]:
+        """The full validation group (:func:`perfmodel.validation.group_key`): device,
+        source, op, phase, dtype, KV dtype, scheme and kernel."""
+        from perfmodel.validation import group_key
+
+        return group_key(self.measurement(), self.spec)
+
+    def measurement(self) -> Measurement:
+        """The row as a :class:`~perfmodel.measurements.Measurement` (what
+        :func:`perfmodel.validation.prepare` turns into an op)."""
+        if self.record is not None:
+            return self.record
+        common: dict[str, Any] = {"row": self.line, "op": self.op, "dtype": self.dtype,
+                  "measured_s": self.measured_s, "spec": self.spec, "source": self.source,
+                  "gpu": self.gpu, "timing": self.timing, "notes": self.notes}
+        size = [int(v) for v in self.sizes]
+        if self.op == "gemm":
+            return Measurement(**common, m=size[0], n=size[1], k=size[2], batch=size[3],
+                               impl="bias=true" if self.static[2] else "")
+        if self.op == "attention":
+            path, splits = str(self.static[3]), self.static[4]
+            impl = path if splits == "auto" else f"{path} num_splits={splits}"
+            return Measurement(**common, batch=size[0], heads=size[1], kv_heads=size[2],
+                               seq_q=size[3], seq_kv=size[4], head_dim=size[5],
+                               causal=bool(self.static[2]), impl=impl,
+                               phase="decode" if size[3] == 1 else "prefill")
+        return Measurement(**common, m=size[0], n=size[1] if len(size) > 1 else None)
 
     @property
     def shape_key(self) -> tuple[Any, ...]:
@@ -137,7 +176,8 @@ def _stream_row(raw: Mapping[str, str], line: int) -> Row:
                static=("stream", op, dtype, timing), sizes=tuple(sizes),
                spec=(raw.get("spec") or "").strip(), source=(raw.get("source") or "").strip(),
                gpu=(raw.get("gpu") or "").strip(), timing=timing,
-               unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"))
+               unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"),
+               notes=notes)
 
 
 def _shared_row(raw: Mapping[str, str], line: int) -> Row:
@@ -158,7 +198,7 @@ def _shared_row(raw: Mapping[str, str], line: int) -> Row:
     return Row(line=line, op=m.op, dtype=dtype, measured_s=m.measured_s, static=static,
                sizes=sizes, spec=m.spec, source=m.source, gpu=m.gpu, timing=m.timing,
                unstable=_notes_flag(notes, "unstable") == "1", case=_notes_flag(notes, "case"),
-               notes=notes)
+               notes=notes, record=m)
 
 
 def parse_line(raw: Mapping[str, str], line: int) -> Row:
@@ -278,63 +318,79 @@ StreamOp = Elementwise | Norm | Activation | Softmax
 Op = Gemm | Attention | StreamOp
 
 
-def build_op(static: tuple[Any, ...], sizes: Array) -> Op:
-    """A vectorised op for rows sharing ``static``; ``sizes`` is (rows, fields)."""
-    col = [sizes[:, i] for i in range(sizes.shape[1])]
-    kind = static[0]
-    if kind == "gemm":
-        return Gemm(m=col[0], n=col[1], k=col[2], batch=col[3], dtype=static[1],
-                    bias=bool(static[2]))
-    if kind == "attention":
-        return Attention(batch=col[0], heads=col[1], kv_heads=col[2], seq_q=col[3],
-                         seq_kv=col[4], head_dim=col[5], causal=bool(static[2]),
-                         dtype=static[1], impl=str(static[3]), num_splits=static[4])
-    op, dtype = static[1], static[2]
-    if op in STREAM_OPS:
-        return stream_op(op, dtype, col[0], col[1] if len(col) > 1 else 1)
-    raise PerfmodelError("op", f"unknown op {op!r}", f"use one of {', '.join(_KNOWN_OPS)}")
-
-
-@dataclass(frozen=True)
-class _Batch:
-    static: tuple[Any, ...]
-    op: Op
-    index: Array
-    floor_s: float
+def _prepare_key(hw: HardwareSpec) -> tuple[Any, ...]:
+    """What of a spec the row → op mapping depends on (a calibrated copy of a spec maps
+    rows as the spec itself does)."""
+    return (hw.id, hw.arch, hw.memory.l2, tuple(sorted(hw.peaks)))
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Rows, their measured times and weights, grouped into vectorised ops.
+    """Rows, their measured times and weights; predicted as vectorised ops.
 
-    ``predict(hw)`` returns one predicted time per row (s), in row order, with each row's
-    timing-method floor (:func:`perfmodel.validation.timing_floor`) added.
+    ``predict(hw)`` returns one predicted time per row (s), in row order: each row is
+    mapped to an op and a run context by :func:`perfmodel.validation.prepare` (the timing
+    method's floor, launch mode and L2 state included) on ``hw``, and predicted with
+    ``hw``'s parameters.
     """
 
     rows: tuple[Row, ...]
     measured_s: Array
     weight: Array
-    batches: tuple[_Batch, ...] = field(repr=False, default=())
+    _prepared: dict[tuple[Any, ...], tuple[Prepared, npt.NDArray[np.int64]]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def predict(self, hw: HardwareSpec) -> Array:
+    def prepared(self, hw: HardwareSpec) -> tuple[Prepared, npt.NDArray[np.int64]]:
+        """(the rows prepared on ``hw``, each prepared row's position in :attr:`rows`);
+        made once per device. Raises if a row cannot be predicted on ``hw``."""
+        key = _prepare_key(hw)
+        hit = self._prepared.get(key)
+        if hit is not None:
+            return hit
+        # each record a distinct object whose ``row`` is its position here
+        records = [dataclasses.replace(r.measurement(), row=i) for i, r in enumerate(self.rows)]
+        prep = prepare(records, hw.model_copy(update={"calibration": None}),
+                       include_suspect=True)
+        if prep.skipped:
+            pos, why = prep.skipped[0]
+            line = self.rows[pos].line if 0 <= pos < len(self.rows) else pos
+            more = f" (+{len(prep.skipped) - 1} more)" if len(prep.skipped) > 1 else ""
+            raise PerfmodelError(f"measurements line {line}", f"cannot be predicted: {why}"
+                                 + more, "measure ops the device supports, or pass its spec")
+        where = np.asarray([r.row for r in prep.rows], dtype=np.int64)
+        self._prepared[key] = (prep, where)
+        return prep, where
+
+    def _batches(self, hw: HardwareSpec) -> list[tuple[npt.NDArray[np.int64], Batch]]:
+        prep, where = self.prepared(hw)
+        return [(where[b.index], dataclasses.replace(b, spec=hw)) for b in prep.batches]
+
+    def predict(self, hw: HardwareSpec, constants: Constants | None = None) -> Array:
         out = np.empty(len(self.rows), dtype=np.float64)
-        for b in self.batches:
-            out[b.index.astype(np.int64)] = np.atleast_1d(
-                np.asarray(predict(b.op, hw, extra_overhead_s=b.floor_s).latency_s))
+        for idx, b in self._batches(hw):
+            out[idx] = b.predict(constants)
         return out
 
-    def predictions(self, hw: HardwareSpec) -> list[tuple[Array, Prediction]]:
+    def predictions(self, hw: HardwareSpec,
+                    constants: Constants | None = None
+                    ) -> list[tuple[npt.NDArray[np.int64], Prediction]]:
         """(row positions, Prediction) per vectorised op: for bottleneck labels."""
-        return [(b.index.astype(np.int64), predict(b.op, hw, extra_overhead_s=b.floor_s))
-                for b in self.batches]
+        return [(idx, p) for idx, _, p in self.predictions_with_ops(hw, constants)]
 
-    def predictions_with_ops(self, hw: HardwareSpec) -> list[tuple[Array, Op, Prediction]]:
-        """(row positions, vectorised op, Prediction) per vectorised op."""
-        return [(b.index.astype(np.int64), b.op,
-                 predict(b.op, hw, extra_overhead_s=b.floor_s)) for b in self.batches]
+    def predictions_with_ops(self, hw: HardwareSpec, constants: Constants | None = None
+                             ) -> list[tuple[npt.NDArray[np.int64], Op, Prediction]]:
+        """(row positions, vectorised op, Prediction) per vectorised op; the Prediction's
+        ``latency_s`` is what :meth:`predict` returns for those rows (the timing method's
+        conventions applied)."""
+        out: list[tuple[npt.NDArray[np.int64], Op, Prediction]] = []
+        for idx, b in self._batches(hw):
+            p = predict(b.op, hw, context=b.context, constants=constants)
+            p = dataclasses.replace(p, latency_s=b.predict(constants))
+            out.append((idx, b.op, p))
+        return out
 
     def subset(self, index: Iterable[int] | Array) -> Dataset:
         idx = [int(i) for i in np.asarray(list(index) if not isinstance(index, np.ndarray)
@@ -373,18 +429,10 @@ def thin_rows(rows: Sequence[Row], cap: int = MAX_FIT_ROWS) -> tuple[list[Row], 
 
 def dataset_from_rows(rows: Sequence[Row], weight: Array | None = None,
                       unstable_weight: float = 0.3) -> Dataset:
-    """Group ``rows`` into vectorised ops. Unstable rows get ``unstable_weight`` unless
+    """The rows as a :class:`Dataset`. Unstable rows get ``unstable_weight`` unless
     ``weight`` is given."""
     if weight is None:
         weight = np.asarray([unstable_weight if r.unstable else 1.0 for r in rows])
-    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-    for i, r in enumerate(rows):
-        groups[r.static].append(i)
-    batches = []
-    for static, idx in groups.items():
-        sizes = np.asarray([rows[i].sizes for i in idx], dtype=np.float64)
-        floor, _ = timing_floor(str(static[-1]))
-        batches.append(_Batch(static=static, op=build_op(static, sizes),
-                              index=np.asarray(idx, dtype=np.float64), floor_s=floor))
-    return Dataset(rows=tuple(rows), measured_s=np.asarray([r.measured_s for r in rows]),
-                   weight=np.asarray(weight, dtype=np.float64), batches=tuple(batches))
+    return Dataset(rows=tuple(rows), measured_s=np.asarray([r.measured_s for r in rows],
+                                                            dtype=np.float64),
+                   weight=np.asarray(weight, dtype=np.float64))

@@ -76,6 +76,7 @@ from perfmodel._limits import MAX_TABLE_POINTS
 from perfmodel.calibrate.data import Dataset
 from perfmodel.hardware.spec import Calibration, HardwareSpec
 from perfmodel.ops.cost import Array
+from perfmodel.timing.constants import Constants
 from perfmodel.timing.knobs import knobs_for
 from perfmodel.timing.residual import (
     GP_SUFFIX,
@@ -103,6 +104,7 @@ __all__ = [
     "residual_mode",
     "residual_table",
     "shape_table",
+    "uncalibrated",
 ]
 
 #: Parameters per family in order of importance: with few rows only the first ones are
@@ -163,6 +165,10 @@ class FitResult:
     error_after: dict[str, float]
     skipped: tuple[tuple[str, str], ...] = ()
     residuals: dict[str, list[list[float]]] = field(default_factory=dict)
+    constants: dict[str, float] = field(default_factory=dict)
+    """Model constants fitted to the rows (:mod:`perfmodel.calibrate.parts`), or carried
+    by the spec the fit started from."""
+    provenance: dict[str, str] = field(default_factory=dict)
 
     @property
     def params(self) -> dict[str, dict[str, float]]:
@@ -172,13 +178,29 @@ class FitResult:
                     date: str = "") -> Calibration:
         return Calibration(date=date, device=device, environment=dict(environment or {}),
                            points=self.n, params=self.params, error_before=self.error_before,
-                           error_after=self.error_after, residuals=self.residuals)
+                           error_after=self.error_after, residuals=self.residuals,
+                           constants=dict(self.constants), provenance=dict(self.provenance))
+
+
+def uncalibrated(hw: HardwareSpec) -> HardwareSpec:
+    """``hw`` without its calibrated parameters and residual tables: the starting point of
+    a fit. Calibrated model constants (:mod:`perfmodel.calibrate.parts`) are kept: the
+    parameters are fitted on top of them."""
+    cal = hw.calibration
+    if cal is None:
+        return hw
+    if not cal.constants:
+        return hw.model_copy(update={"calibration": None})
+    return apply_params(hw.model_copy(update={"calibration": None}), {},
+                        constants=dict(cal.constants))
 
 
 def apply_params(hw: HardwareSpec, params: dict[str, dict[str, float]],
-                 residuals: dict[str, list[list[float]]] | None = None) -> HardwareSpec:
+                 residuals: dict[str, list[list[float]]] | None = None,
+                 constants: dict[str, float] | None = None) -> HardwareSpec:
     """``hw`` with a calibration block holding ``params``: each key given replaces that
-    key's parameters (an absent ``overlap_p`` means the hard max); other keys are kept."""
+    key's parameters (an absent ``overlap_p`` means the hard max); other keys are kept.
+    ``residuals`` and model ``constants`` are merged into the block's likewise."""
     old = hw.calibration
     merged = {k: dict(v) for k, v in (old.params if old else {}).items()}
     merged.update({k: dict(v) for k, v in params.items()})
@@ -188,7 +210,9 @@ def apply_params(hw: HardwareSpec, params: dict[str, dict[str, float]],
         date=old.date if old else "", device=old.device if old else hw.id,
         environment=dict(old.environment) if old else {}, points=old.points if old else 0,
         params=merged, error_before=dict(old.error_before) if old else {},
-        error_after=dict(old.error_after) if old else {}, residuals=res)
+        error_after=dict(old.error_after) if old else {}, residuals=res,
+        constants={**(old.constants if old else {}), **(constants or {})},
+        provenance=dict(old.provenance) if old else {})
     return hw.model_copy(update={"calibration": cal})
 
 
@@ -255,9 +279,10 @@ def _as_params(names: Sequence[str], u: Array) -> dict[str, float]:
 
 def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
                f_scale: float = 0.1, prior: float = 0.02, max_nfev: int = 300,
-               params: str = "basic") -> KeyFit:
+               params: str = "basic", constants: Constants | None = None) -> KeyFit:
     """Fit the parameters of ``family/dtype`` on ``data`` (rows of that key only);
-    ``params="extended"`` adds the family's :data:`EXTENDED` knobs."""
+    ``params="extended"`` adds the family's :data:`EXTENDED` knobs. ``constants``
+    replaces the bundled model constants in the predictions."""
     if family not in PARAMETERS:
         raise PerfmodelError("family", f"no fitted parameters for {family!r}",
                              f"use one of {', '.join(PARAMETERS)}")
@@ -282,7 +307,7 @@ def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
 
     def residual(u: Array) -> Array:
         spec = apply_params(hw, {key: _as_params(names, u)})
-        pred = data.predict(spec)
+        pred = data.predict(spec, constants)
         r = (np.log(np.maximum(pred, 1e-15)) - log_t) * w
         return np.concatenate([r, prior * (u - u0)])
 
@@ -410,31 +435,48 @@ def shape_table(x: Array, e: Array, w0: float = _SHAPE_W0) -> list[list[float]]:
 
 
 _GP_WIDTHS = (0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-_GP_RIDGES = (0.03, 0.1, 0.3, 1.0, 3.0)
+#: Length scales as multiples of each coordinate's spread over the points.
+_GP_SCALED = (0.2, 0.3, 0.45, 0.7, 1.0, 1.5)
+_GP_RIDGES = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 
 
 def gp_table(x: Array, e: Array) -> list[list[float]]:
-    """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h … h, 0] then
-    [x_1 … x_d, α_i] per point, (h, λ) chosen by closed-form leave-one-out (mean |error|).
-    More than :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
+    """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h_1 … h_d, c] then
+    [x_1 … x_d, α_i] per point, α = (K + λI)⁻¹(e − c). Candidates: one length scale h for
+    every coordinate (log2 units, :data:`_GP_WIDTHS`), or h_j = s·σ_j, σ_j the spread of
+    coordinate j over the points (a coordinate that does not vary gets h_j = 1000: it
+    plays no part); c = 0 (far from every point the correction fades to the parametric
+    model) or c = median(e) (it fades to the points' typical correction). The candidate
+    and λ are chosen by closed-form leave-one-out (mean |e_i − r_{−i}| = mean
+    |α_i / [(K + λI)⁻¹]_ii|, from one eigendecomposition of K per candidate). More than
+    :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
     (:func:`thin_points`)."""
     xs, es = thin_points(x, e)
     n, d = xs.shape
-    d2 = ((xs[:, None, :] - xs[None, :, :]) ** 2).sum(axis=-1)
-    best: tuple[float, float, Array] = (math.inf, _GP_WIDTHS[0], np.zeros(n))
-    for h in _GP_WIDTHS:
-        kern = np.exp(-0.5 * d2 / h**2)
-        for lam in _GP_RIDGES:
-            try:
-                inv = np.linalg.inv(kern + lam * np.eye(n))
-            except np.linalg.LinAlgError:
-                continue
-            alpha = inv @ es
-            loo = float(np.mean(np.abs(alpha / np.diag(inv))))
-            if loo < best[0]:
-                best = (loo, h, alpha)
-    _, h, alpha = best
-    rows = [[*([h] * d), 0.0]]
+    spread = xs.std(axis=0)
+    scales = [np.full(d, h) for h in _GP_WIDTHS]
+    scales += [np.where(spread > 0, s * np.maximum(spread, 1e-9), 1000.0) for s in _GP_SCALED]
+    offsets = (0.0, round(float(np.median(es)), 6))
+    best: tuple[float, Array, float, Array] = (math.inf, scales[0], 0.0, np.zeros(n))
+    for h in scales:
+        z = xs / h
+        kern = np.exp(-0.5 * ((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=-1))
+        try:
+            vals, vecs = np.linalg.eigh(kern)
+        except np.linalg.LinAlgError:
+            continue
+        vals = np.maximum(vals, 0.0)
+        sq = vecs**2
+        for c in offsets:
+            proj = vecs.T @ (es - c)
+            for lam in _GP_RIDGES:
+                inv_vals = 1.0 / (vals + lam)
+                alpha = vecs @ (inv_vals * proj)
+                loo = float(np.mean(np.abs(alpha / (sq @ inv_vals))))
+                if loo < best[0]:
+                    best = (loo, h, c, alpha)
+    _, h, c, alpha = best
+    rows = [[*(float(v) for v in h), c]]
     rows.extend([*(round(float(v), 6) for v in xi), float(ai)]
                 for xi, ai in zip(xs, alpha, strict=True))
     return rows
@@ -447,7 +489,8 @@ def _scale_table(e: Array) -> list[list[float]]:
 
 
 def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
-                  mode: str = "size") -> dict[str, list[list[float]]]:
+                  mode: str = "size", constants: Constants | None = None
+                  ) -> dict[str, list[list[float]]]:
     """Residual tables of ``hw`` (already carrying the fitted parameters) for ``data``.
 
     Tables are fitted family by family (streams, then GEMMs, then attention), each on the
@@ -462,7 +505,7 @@ def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
     for family in sorted(_RESIDUAL_ORDER, key=_RESIDUAL_ORDER.__getitem__):
         use_shape = mode in ("shape", "gp") and family != "stream"
         points: dict[str, tuple[list[Any], list[float]]] = {}
-        for idx, op, p in data.predictions_with_ops(spec):
+        for idx, op, p in data.predictions_with_ops(spec, constants):
             rows = [data.rows[i] for i in idx]
             if rows[0].family.split("-")[0] != family:
                 continue
@@ -509,7 +552,8 @@ def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
 
 
 def _fit_parameters(data: Dataset, hw: HardwareSpec, *, f_scale: float, prior: float,
-                    families: Sequence[str] | None, params: str = "basic"
+                    families: Sequence[str] | None, params: str = "basic",
+                    constants: Constants | None = None
                     ) -> tuple[list[KeyFit], list[tuple[str, str]], HardwareSpec]:
     """The parametric fit of every key: (fits, skipped keys, spec carrying them).
 
@@ -518,7 +562,7 @@ def _fit_parameters(data: Dataset, hw: HardwareSpec, *, f_scale: float, prior: f
     skipped: list[tuple[str, str]] = []
     wanted = set(families or PARAMETERS)
     pairs = sorted({(r.family, r.dtype) for r in data.rows})
-    base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
+    base = uncalibrated(hw)
     spec = base
     for family, dtype in pairs:
         if family not in PARAMETERS:
@@ -532,7 +576,7 @@ def _fit_parameters(data: Dataset, hw: HardwareSpec, *, f_scale: float, prior: f
         sub = data.where(data.family_mask(family, dtype))
         try:
             kf = fit_family(spec, sub, family, dtype, f_scale=f_scale, prior=prior,
-                            params=params)
+                            params=params, constants=constants)
         except PerfmodelError as exc:
             skipped.append((f"{family}/{dtype}", str(exc)))
             continue
@@ -543,24 +587,26 @@ def _fit_parameters(data: Dataset, hw: HardwareSpec, *, f_scale: float, prior: f
 
 def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float = 0.02,
         families: Sequence[str] | None = None, residual: bool | str = False,
-        params: str = "basic") -> FitResult:
+        params: str = "basic", constants: Constants | None = None) -> FitResult:
     """Fit every (family, dtype) key present in ``data`` and report in-sample errors.
 
     Keys with no parameters of their own (unfused attention) are predicted with the
     fitted gemm and stream parameters. ``families`` restricts which keys are fitted;
     ``residual`` adds residual correction tables (a mode of :data:`RESIDUAL_MODES`, or
     ``True`` for ``"size"``). ``prior`` = ∞ keeps the spec's parameters; ``params`` is a
-    parameter set of :data:`PARAM_SETS`.
+    parameter set of :data:`PARAM_SETS`. ``constants`` replaces the bundled model constants
+    (a calibrated profile's own model constants still apply on top).
     """
     if len(data) == 0:
         raise PerfmodelError("measurements", "no rows to fit", "measure some kernels first")
     keys, skipped, spec = _fit_parameters(data, hw, f_scale=f_scale, prior=prior,
-                                          families=families, params=params)
-    tables = fit_residuals(data, spec, mode=residual_mode(residual))
+                                          families=families, params=params,
+                                          constants=constants)
+    tables = fit_residuals(data, spec, mode=residual_mode(residual), constants=constants)
     spec = apply_params(spec, {}, tables)
-    base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
-    before = data.predict(base)
-    after = data.predict(spec)
+    base = uncalibrated(hw)
+    before = data.predict(base, constants)
+    after = data.predict(spec, constants)
     err_b: dict[str, float] = {}
     err_a: dict[str, float] = {}
     groups = {"all": np.ones(len(data), dtype=bool)}
@@ -572,7 +618,8 @@ def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float =
         err_b[f"{name}.median_ape"], err_b[f"{name}.p90_ape"] = mb, pb
         err_a[f"{name}.median_ape"], err_a[f"{name}.p90_ape"] = ma, pa
     return FitResult(keys=tuple(keys), n=len(data), error_before=err_b, error_after=err_a,
-                     skipped=tuple(skipped), residuals=tables)
+                     skipped=tuple(skipped), residuals=tables,
+                     constants=dict(spec.calibration.constants) if spec.calibration else {})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from perfmodel.calibrate.fit import FitResult
 from perfmodel.hardware.catalog import load_hardware_file, spec_from_dict, specs_dir
 from perfmodel.hardware.spec import HardwareSpec
 
-__all__ = ["calibrated_dict", "file_sha256", "write_calibrated"]
+__all__ = ["calibrated_dict", "file_sha256", "write_calibrated", "write_profile"]
 
 
 def file_sha256(path: str | Path) -> str:
@@ -87,11 +87,25 @@ def write_calibrated(out: str | Path, hw: HardwareSpec, result: FitResult, *,
     env.setdefault("perfmodel", __version__)
     data = calibrated_dict(hw, result, environment=env, extra_errors=extra_errors,
                            extra_errors_before=extra_errors_before)
+    return write_profile(out, data, "# Calibrated hardware profile written by `perfmodel "
+                         "calibrate fit`.\n# The spec as loaded (SI units: FLOP/s, B/s, bytes, "
+                         "s, Hz) plus the fitted\n# calibration block; load it with "
+                         "perfmodel.load_hardware(path) or --gpu path.\n", originals)
+
+
+def write_profile(out: str | Path, data: dict[str, Any], header: str,
+                  originals: list[Path] | None = None) -> HardwareSpec:
+    """Write the profile ``data`` (a spec as a plain mapping) to ``out`` under the comment
+    ``header`` and return it as loaded back. Refuses to write over ``originals`` or into
+    the bundled specs folder; the data is validated first and written to a temporary
+    name, then renamed, so a refused or interrupted write leaves no half profile."""
+    out = Path(out)
+    why = _is_protected(out, list(originals or []))
+    if why:
+        raise PerfmodelError("--out", f"will not write {out}: {why}",
+                             "write the profile to a new file")
     spec_from_dict(data, source=str(out))  # validate before writing anything
-    text = ("# Calibrated hardware profile written by `perfmodel calibrate fit`.\n"
-            "# The spec as loaded (SI units: FLOP/s, B/s, bytes, s, Hz) plus the fitted\n"
-            "# calibration block; load it with perfmodel.load_hardware(path) or --gpu path.\n"
-            + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    text = header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".tmp", dir=out.parent)
     try:

@@ -23,7 +23,7 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel.calibrate.data import Dataset
-from perfmodel.calibrate.fit import FitResult, apply_params, fit, residual_mode
+from perfmodel.calibrate.fit import FitResult, apply_params, fit, residual_mode, uncalibrated
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.cost import Array
 
@@ -97,7 +97,7 @@ def cross_validate(data: Dataset, hw: HardwareSpec, *, folds: int = 5,
     if folds < 2:
         raise PerfmodelError("folds", f"must be ≥ 2, got {folds}", "use e.g. --folds 5")
     fitter = fitter or fit
-    base = hw.model_copy(update={"calibration": None}) if hw.calibration else hw
+    base = uncalibrated(hw)
     fold = _shape_folds(data, folds, seed)
     if len(set(fold.tolist())) < 2:
         raise PerfmodelError("measurements", f"only {len(data)} distinct shape(s): too few "
@@ -109,10 +109,10 @@ def cross_validate(data: Dataset, hw: HardwareSpec, *, folds: int = 5,
             continue
         train = data.where(fold != f)
         result = fitter(train, base, residual=residual, **fit_kwargs)
-        spec = apply_params(base, result.params, result.residuals)
+        spec = apply_params(base, result.params, result.residuals, constants=result.constants)
         heldout[test] = data.subset(test).predict(spec)
     full = fitter(data, base, residual=residual, **fit_kwargs)
-    calibrated = apply_params(base, full.params, full.residuals)
+    calibrated = apply_params(base, full.params, full.residuals, constants=full.constants)
     insample = data.predict(calibrated)
     regime = np.empty(len(data), dtype=object)
     for idx, p in data.predictions(calibrated):

@@ -225,6 +225,14 @@ class Calibration(_Frozen):
     error_after: dict[str, float] = Field(default_factory=dict)
     residuals: dict[str, list[list[float]]] = Field(default_factory=dict)
     """Optional residual correction tables per family: rows of (log-size, log-ratio)."""
+    constants: dict[str, float] = Field(default_factory=dict)
+    """Model constants (:mod:`perfmodel.timing.constants`: kernel-family rates, per-tile
+    and fixed costs, per-CTA bandwidth...) fitted to this device's measurements; they
+    replace the bundled values in this profile's predictions."""
+    provenance: dict[str, str] = Field(default_factory=dict)
+    """Where each calibrated value came from (``params.<key>.<name>``,
+    ``constants.<name>``, ``device.<figure>``): fitted here, carried from another
+    device's calibration by ``calibrate transfer``, or left at the spec's value."""
 
 
 #: Kinds a provenance text may start with (``kind`` or ``kind: detail``).

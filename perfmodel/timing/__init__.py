@@ -72,6 +72,8 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
                              "pass 0 for kernel-only time")
     ctx = context or DEFAULT_CONTEXT
     consts = constants if constants is not None else bundled_constants()
+    if spec.calibration is not None and spec.calibration.constants:
+        consts = _calibrated(consts, spec.calibration.constants)
     floor = extra_overhead_s + ctx.floor_s
     timer = _TIMERS.get(type(op))
     if timer is None:
@@ -85,6 +87,22 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
         return p
     # a calibrated profile's residual tables (timing/residual.py); a no-op without them
     return apply_residual(p, spec, floor, causal=bool(getattr(op, "causal", False)), op=op)
+
+
+_MERGED: dict[tuple[int, int], tuple[Constants, dict[str, float], Constants]] = {}
+
+
+def _calibrated(base: Constants, values: dict[str, float]) -> Constants:
+    """``base`` with a calibrated profile's fitted model constants (memoised per pair)."""
+    key = (id(base), id(values))
+    hit = _MERGED.get(key)
+    if hit is not None and hit[0] is base and hit[1] is values:
+        return hit[2]
+    merged = base.with_values(values, "calibrated profile")
+    if len(_MERGED) > 256:
+        _MERGED.clear()
+    _MERGED[key] = (base, values, merged)
+    return merged
 
 
 def _finish(p: Prediction, host_s: float, floor: float) -> Prediction:
