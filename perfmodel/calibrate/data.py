@@ -47,6 +47,7 @@ from perfmodel.hardware.catalog import resolve_id
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.measurements import Measurement, csv_records, parse_row, parse_time_us
 from perfmodel.ops.attention import Attention
+from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
@@ -315,7 +316,7 @@ def _base_id(hw: HardwareSpec) -> str:
 
 # ----------------------------------------------------------------------------- ops
 StreamOp = Elementwise | Norm | Activation | Softmax
-Op = Gemm | Attention | StreamOp
+Op = Gemm | Attention | StreamOp | AllReduce
 
 
 def _prepare_key(hw: HardwareSpec) -> tuple[Any, ...]:
