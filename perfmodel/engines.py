@@ -21,6 +21,9 @@ from perfmodel._errors import PerfmodelError
 
 __all__ = [
     "ENGINES",
+    "REQUEST_OVERHEAD_S",
+    "STEP_OVERHEAD_PER_SEQ_S",
+    "STEP_OVERHEAD_S",
     "AttentionChoice",
     "GemmChoice",
     "attention_kernel",
@@ -28,6 +31,7 @@ __all__ = [
     "gemm_kernel",
     "gemm_kernel_for_label",
     "normalize_engine",
+    "step_overhead",
 ]
 
 #: Engines with a profile. ``none`` is engine-neutral: the architecture's native kernels,
@@ -35,6 +39,28 @@ __all__ = [
 ENGINES: tuple[str, ...] = ("none", "trtllm", "vllm", "sglang")
 _ALIASES = {"tensorrt-llm": "trtllm", "trt-llm": "trtllm", "tensorrt_llm": "trtllm",
             "": "none", "neutral": "none"}
+
+
+#: Host time per engine step (scheduler, input preparation, sampling, output processing:
+#: the time between one step's kernels and the next that the GPU sits idle), per step, per
+#: running sequence, and per request (HTTP frontend, tokenisation). fitted:
+#: benchmarks/serving (``scripts/serving_accuracy.py --fit --write`` chooses them by least
+#: squares over the published serving runs; the README's Serving section gives the
+#: held-out error). One table for every engine: the published runs do not separate them.
+STEP_OVERHEAD_S = 0.001
+STEP_OVERHEAD_PER_SEQ_S = 0
+REQUEST_OVERHEAD_S = 0
+#: Where the figures above come from (shown in assumptions).
+STEP_OVERHEAD_SOURCE = "fitted: benchmarks/serving (scripts/serving_accuracy.py --fit)"
+
+
+def step_overhead(engine: str, sequences: float = 0.0) -> float:
+    """Host time of one engine step running ``sequences`` sequences, seconds:
+    ``STEP_OVERHEAD_S + STEP_OVERHEAD_PER_SEQ_S · sequences``; 0 for ``none``
+    (engine-neutral: kernels back to back)."""
+    if normalize_engine(engine) == "none":
+        return 0.0
+    return STEP_OVERHEAD_S + STEP_OVERHEAD_PER_SEQ_S * sequences
 
 
 def normalize_engine(name: str) -> str:

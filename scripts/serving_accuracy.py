@@ -25,7 +25,8 @@ least squares on log(predicted / published), each metric (TTFT, TPOT, throughput
 end-to-end) weighted equally whatever its row count, on a grid per constant; prints them
 (they are ``fitted: benchmarks/serving``) and the leave-one-source-out figure: each source's
 rows predicted with the overheads fitted on the other sources. ``--write`` stores the
-all-rows fit in perfmodel/serving/engines.py.
+all-rows fit in perfmodel/engines.py (the serving simulator and ``predict_model(engine=...)``
+both read it).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from perfmodel.serving.steptime import StepModel
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "benchmarks" / "serving" / "published.csv"
-ENGINES_PY = ROOT / "perfmodel" / "serving" / "engines.py"
+ENGINES_PY = ROOT / "perfmodel" / "engines.py"
 METRICS = ("ttft", "tpot", "throughput", "e2e")
 
 
@@ -220,7 +221,7 @@ def _pct(x: float) -> str:
 
 def write_constants(params: tuple[float, float, float]) -> None:
     text = ENGINES_PY.read_text(encoding="utf-8")
-    for name, v in zip(("_STEP_OVERHEAD_S", "_STEP_OVERHEAD_PER_SEQ_S", "_REQUEST_OVERHEAD_S"),
+    for name, v in zip(("STEP_OVERHEAD_S", "STEP_OVERHEAD_PER_SEQ_S", "REQUEST_OVERHEAD_S"),
                        params, strict=True):
         text, n = re.subn(rf"^{name} = .*$", f"{name} = {v:.4g}", text, flags=re.M)
         if n != 1:

@@ -6,12 +6,19 @@ reports (``Prediction.bytes_min``, ``stages``), never with a copy of the formula
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 import perfmodel as pm
 from perfmodel._errors import PerfmodelError
-from perfmodel.engines import attention_kernel, attention_kernel_for_label, gemm_kernel
+from perfmodel.engines import (
+    STEP_OVERHEAD_S,
+    attention_kernel,
+    attention_kernel_for_label,
+    gemm_kernel,
+)
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import Constants
 from perfmodel.timing.engine_costs import call_name, row_name
@@ -215,6 +222,41 @@ def test_model_with_an_engine_runs_its_kernels() -> None:
                            context_len=2048, engine="trtllm")
     assert any("xqa" in a for a in trt.assumptions) or trt.latency_s != neutral.latency_s
     assert float(trt.latency_s) > 0
+
+
+def test_engine_host_time_is_one_row_per_pass() -> None:
+    """Under an engine each pass (the prefill, every decode step) pays the host time once:
+    its own row, counted as fixed overhead; the kernels are the same with or without it."""
+    kw: dict[str, Any] = {"phase": "generate", "batch": 4, "prompt_len": 512, "gen_len": 65,
+                          "engine": "vllm"}
+    bare = pm.predict_model("llama-3.1-8b", "h100-sxm", step_overhead_s=0.0, **kw)
+    host = 2.5e-3
+    slow = pm.predict_model("llama-3.1-8b", "h100-sxm", step_overhead_s=host, **kw)
+    assert float(slow.ttft_s) == pytest.approx(float(bare.ttft_s) + host, rel=1e-12)
+    assert float(slow.tpot_s) == pytest.approx(float(bare.tpot_s) + host, rel=1e-12)
+    # e2e = TTFT + (G - 1) TPOT: the host time 1 + 64 times
+    assert float(slow.e2e_s) == pytest.approx(float(bare.e2e_s) + 65 * host, rel=1e-12)
+    assert slow.decode is not None
+    assert bare.decode is not None
+    assert slow.decode.op("engine step (host)").latency_s == host
+    assert float(slow.decode.overhead_s) == pytest.approx(
+        float(bare.decode.overhead_s) + host, rel=1e-12)
+    assert sum(float(r.share) for r in slow.decode.ops) == pytest.approx(1.0)
+    assert any("host time 2.5 ms" in a for a in slow.assumptions)
+    # default: the engine's table value; engine-neutral: no host row at all
+    dflt = pm.predict_model("llama-3.1-8b", "h100-sxm", **kw)
+    assert float(dflt.tpot_s) == pytest.approx(float(bare.tpot_s) + STEP_OVERHEAD_S)
+    neutral = pm.predict_model("llama-3.1-8b", "h100-sxm", phase="decode", batch=4,
+                               context_len=600)
+    assert neutral.decode is not None
+    assert all(r.name != "engine step (host)" for r in neutral.decode.ops)
+
+
+@pytest.mark.parametrize("bad", [-1e-3, float("nan"), float("inf"), 11.0, "1ms", True])
+def test_engine_host_time_rejects_nonsense(bad: object) -> None:
+    with pytest.raises(PerfmodelError, match="step_overhead_s"):
+        pm.predict_model("llama-3.1-8b", "h100-sxm", phase="decode", batch=1,
+                         context_len=100, engine="trtllm", step_overhead_s=bad)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------ monotonicity

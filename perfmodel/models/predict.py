@@ -16,6 +16,7 @@ Definitions (what the numbers mean):
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +26,7 @@ import numpy as np
 from perfmodel._errors import PerfmodelError, PerfmodelWarning
 from perfmodel._limits import MAX_BATCH, MAX_TOKENS, MAX_TP, check_count, clip_message
 from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
+from perfmodel.engines import STEP_OVERHEAD_SOURCE, normalize_engine, step_overhead
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
@@ -36,7 +38,15 @@ from perfmodel.models.memory import (
     MemoryEstimate,
     estimate_memory,
 )
-from perfmodel.models.rows import NUMERIC, OpRow, PhaseResult, aggregate, label_of, to_json
+from perfmodel.models.rows import (
+    NUMERIC,
+    OpRow,
+    PhaseResult,
+    aggregate,
+    label_of,
+    to_json,
+    with_host,
+)
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
 
@@ -169,14 +179,14 @@ def resolve_dtypes(cfg: TransformerConfig, hw: HardwareSpec, weight: str | None 
 
 
 def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str],
-                 mem: MemoryEstimate, points: int) -> tuple[str, ...]:
+                 mem: MemoryEstimate, points: int, host: float = 0.0) -> tuple[str, ...]:
     out = []
     if phase in ("prefill", "generate"):
         out.append("TTFT = whole-prompt prefill of all sequences at once (no chunking, no "
                    "queueing), logits for the last position only")
     if phase in ("decode", "generate"):
-        out.append("decode step: every sequence at the same context; kernels back to back "
-                   "(no host gaps)")
+        out.append("decode step: every sequence at the same context; kernels back to back"
+                   + (" after the host time of the step" if host > 0.0 else " (no host gaps)"))
     if phase == "generate":
         out.append(f"TPOT = mean step time over contexts P+1..P+G-1 (excludes the first token),"
                    f" trapezoid rule over {points} points; e2e = TTFT + (G-1)·TPOT; "
@@ -193,6 +203,18 @@ def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str
     out.append(f"memory reserve {mem.reserve_bytes / 1e9:.1f} GB (10% of capacity + 1 GiB by "
                "default) for CUDA context, workspaces and fragmentation")
     return tuple(out)
+
+
+def _host_overhead(engine: str, given: float | None) -> float:
+    """Host seconds per pass: ``given`` (finite, ≥ 0) or the engine's default."""
+    if given is None:
+        return step_overhead(engine)
+    if isinstance(given, bool) or not isinstance(given, (int, float)) \
+            or not math.isfinite(given) or given < 0.0 or given > 10.0:
+        raise PerfmodelError("step_overhead_s", f"must be a number of seconds in [0, 10], "
+                             f"got {given!r}", "e.g. 0.001 (1 ms)")
+    normalize_engine(engine)
+    return float(given)
 
 
 def _bounded(value: Any, name: str, maximum: float, minimum: float = 1.0,
@@ -245,7 +267,8 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   expert_dtype: str | None = None, attention_impl: str = "flash",
                   decode_points: int = 5, reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
                   reserve_bytes: float = DEFAULT_RESERVE_BYTES,
-                  strict: bool = False, engine: str = "none") -> ModelPrediction:
+                  strict: bool = False, engine: str = "none",
+                  step_overhead_s: float | None = None) -> ModelPrediction:
     """Predict a transformer's prefill, decode step, or whole generation on ``hw``.
 
     Parameters
@@ -279,7 +302,12 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     engine:
         ``none`` (engine-neutral: each op one kernel of the architecture's native kind) or
         ``trtllm``/``vllm``/``sglang``: the kernels, fusions and bookkeeping that engine runs
-        on the GPU, replayed from CUDA graphs (:mod:`perfmodel.engines`).
+        on the GPU, replayed from CUDA graphs (:mod:`perfmodel.engines`), plus the
+        engine's host time per pass (:func:`perfmodel.engines.step_overhead`), shown as
+        its own row.
+    step_overhead_s:
+        Host time per pass (prefill or decode step), seconds, instead of the engine's
+        (:data:`perfmodel.engines.STEP_OVERHEAD_S` under an engine, 0 for ``none``).
     """
     cfg = load_model(config)
     spec = load_hardware(hw)
@@ -289,6 +317,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     if isinstance(decode_points, bool) or not isinstance(decode_points, int) or decode_points < 2:
         raise PerfmodelError("decode_points", "must be an integer ≥ 2", "e.g. 5")
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
+    host = _host_overhead(engine, step_overhead_s)
 
     def need(value: Any, name: str) -> Array:
         if value is None:
@@ -306,7 +335,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         shape = np.broadcast_shapes(b.shape, ctx.shape, t.shape)
         timings, notes = evaluate_graphs(
             [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec, engine)
-        decode_res = aggregate(timings[0], "decode")
+        decode_res = with_host(aggregate(timings[0], "decode"), host)
         step = np.asarray(decode_res.latency_s)
         p_len, g_len = np.full(shape, nan), np.full(shape, nan)
         ttft, tpot, e2e, tps, lat = np.full(shape, nan), step, np.full(shape, nan), b / step, step
@@ -338,11 +367,11 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
             graphs.append((decode_graph(cfg, b[..., None], ctx_pts, t[..., None], dt,
                                         attention_impl), (*shape, decode_points)))
         timings, notes = evaluate_graphs(graphs, spec, engine)
-        prefill_res = aggregate(timings[0], "prefill")
+        prefill_res = with_host(aggregate(timings[0], "prefill"), host)
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
         lat, e2e, tps, tpot = ttft, ttft, b * (p - c0) / ttft, np.full(shape, nan)
         if phase == "generate":
-            decode_res = aggregate(timings[1], "decode", weights)
+            decode_res = with_host(aggregate(timings[1], "decode", weights), host)
             tpot = np.where(g > 1, np.asarray(decode_res.latency_s), nan)
             e2e = ttft + np.where(g > 1, (g - 1.0) * np.asarray(decode_res.latency_s), 0.0)
             lat, tps = e2e, b * g / e2e
@@ -351,10 +380,14 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     window = check_context(cfg, ctx, strict=strict)
     if window:
         notes = [*notes, window]
+    if host > 0.0:
+        source = STEP_OVERHEAD_SOURCE if step_overhead_s is None else "given"
+        notes = [*notes, f"engine host time {host * 1e3:.3g} ms per pass (prefill, each "
+                 f"decode step): {source}"]
     return ModelPrediction(
         model=cfg.name, hardware=spec.id, phase=phase, batch=as_value(b * np.ones(shape)),
         prompt_len=as_value(p_len), context_len=as_value(ctx * np.ones(shape)),
         gen_len=as_value(g_len), tp=as_value(t * np.ones(shape)), latency_s=as_value(lat),
         ttft_s=as_value(ttft), tpot_s=as_value(tpot), e2e_s=as_value(e2e),
         tokens_per_s=as_value(tps), prefill=prefill_res, decode=decode_res, memory=mem,
-        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points))
+        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host))

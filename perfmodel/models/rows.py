@@ -7,6 +7,7 @@ bottleneck. ``PhaseResult`` is one pass (a prefill or a decode step) with its ro
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value
 
 __all__ = ["NUMERIC", "Label", "OpRow", "PhaseResult", "aggregate", "label_of", "to_json",
-           "value"]
+           "value", "with_host"]
 
 Label = str | np.ndarray[Any, np.dtype[np.str_]]
 #: Summed fields of a row, in this order.
@@ -136,3 +137,23 @@ def aggregate(timing: GraphTiming, phase: str, weights: Array | None = None) -> 
               bottleneck=label_of(labels[i]))
         for i, n in enumerate(names))
     return PhaseResult(phase=phase, ops=rows_out, **{f: value(total[f]) for f in NUMERIC})
+
+
+def with_host(res: PhaseResult, host_s: float, name: str = "engine step (host)") -> PhaseResult:
+    """``res`` with a row for the engine's host time per pass (scheduler, input preparation,
+    sampling: the GPU idle between one pass's kernels and the next), ``host_s`` seconds,
+    counted as fixed overhead (bottleneck ``latency``); the other rows' shares rescaled."""
+    if host_s <= 0.0:
+        return res
+    total = np.asarray(res.latency_s) + host_s
+    zero = value(np.zeros_like(total))
+    rows = tuple(dataclasses.replace(r, share=value(np.asarray(r.latency_s) / total))
+                 for r in res.ops)
+    host = OpRow(name=name, kind="host", phase=res.phase, count=1.0,
+                 latency_s=value(host_s * np.ones_like(total)),
+                 share=value(host_s / total), compute_s=zero, memory_s=zero,
+                 overhead_s=value(host_s * np.ones_like(total)), flops=zero, bytes=zero,
+                 arithmetic_intensity=zero, bottleneck="latency")
+    return dataclasses.replace(res, latency_s=value(total),
+                               overhead_s=value(np.asarray(res.overhead_s) + host_s),
+                               ops=(*rows, host))

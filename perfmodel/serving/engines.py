@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from perfmodel._errors import PerfmodelError
+from perfmodel.engines import REQUEST_OVERHEAD_S, STEP_OVERHEAD_PER_SEQ_S, STEP_OVERHEAD_S
 
 __all__ = ["ENGINES", "EngineConfig", "engine_config", "scheduler_and_kernels"]
 
@@ -99,11 +100,12 @@ class EngineConfig:
             raise PerfmodelError("batch_wait_iters", "must be ≥ 0", "e.g. 0")
 
 
-#: Host overheads (fitted: benchmarks/serving by scripts/serving_accuracy.py --fit; see
-#: the README's Serving section for the held-out figure).
-_STEP_OVERHEAD_S = 0.001
-_STEP_OVERHEAD_PER_SEQ_S = 0
-_REQUEST_OVERHEAD_S = 0
+#: Host overheads: one table, in :mod:`perfmodel.engines` (fitted: benchmarks/serving by
+#: scripts/serving_accuracy.py --fit; see the README's Serving section for the held-out
+#: figure), so ``perfmodel model --engine`` and the simulator charge the same step.
+_STEP_OVERHEAD_S = STEP_OVERHEAD_S
+_STEP_OVERHEAD_PER_SEQ_S = STEP_OVERHEAD_PER_SEQ_S
+_REQUEST_OVERHEAD_S = REQUEST_OVERHEAD_S
 
 _VLLM = EngineConfig(
     name="vllm", policy="decode_first", kv_policy="lazy",
