@@ -128,6 +128,21 @@ def test_triton_tiles_follow_head_dim_and_architecture() -> None:
     assert float(large.flops) / float(large.compute_s) < 0.8 * rate
 
 
+@pytest.mark.parametrize(("seq", "ctas"), [
+    (16, 4 * 1),    # 112 packed rows fill 7/8 of a 128-row tile, unpacked 1/8: pack
+    (20, 4 * 2),    # 140 rows in two tiles (fill .55) vs 20/128 (.16): pack
+    (100, 4 * 6),   # 700/768 = .91 vs 100/128 = .78 < .9 × .91: pack
+    (128, 28 * 1),  # both fill their tiles exactly: stay unpacked, one CTA per query head
+    (120, 28 * 1),  # 120/128 = .94 vs 840/896 = .94: not 10 % better, unpacked
+])
+def test_flash3_packs_gqa_heads_when_that_fills_the_tiles_better(seq: int, ctas: int) -> None:
+    """FA3's rule (hopper/heuristics.h): pack the 7 query heads of a KV head into the tile
+    rows when unpacked tiles would be filled less than 0.9x as well; 128-row tiles at d 128."""
+    op = pm.Attention(batch=1, heads=28, kv_heads=4, seq_q=seq, seq_kv=seq, head_dim=128,
+                      causal=True, impl="flash3")
+    assert float(predict(op, "h100-sxm").details["ctas"]) == ctas
+
+
 def test_xqa_fallback_reads_kv_once_per_query_head_beyond_its_group_limit() -> None:
     packed, fallback = (predict(pm.Attention(batch=4, heads=h, kv_heads=1, seq_q=1,
                                              seq_kv=8192, head_dim=128, impl="xqa"),

@@ -53,11 +53,13 @@ def test_decode_never_beats_bytes_over_bandwidth(model: str, gpu: str, batch: in
     assert float(pred.tpot_s) >= (weights + kv) / hw.memory.bandwidth
 
 
-#: Kernel choice (GEMM tile, attention path) may switch at a size boundary; with the tile menu
-#: down to 64x32 and split-K to 64 the whole-model TTFT moves by at most ~0.15 % when one
-#: token is added (a one-token prompt runs the decode-shaped attention path). A longer
-#: prompt may not make whole-model TTFT drop by more than this.
-KERNEL_CHOICE_SLACK = 0.005
+#: Kernel choice (GEMM tile, attention path, FA3's GQA packing, the last wave of a persistent
+#: attention kernel) may switch at a size boundary, so a slightly longer prompt can run a
+#: better-fitting kernel. Over every prompt 16..16,384 (+1..4,096) and batch 1..8 of these
+#: models on these GPUs the largest such drop of whole-model TTFT is 1.9 % (qwen2.5-7b, h100,
+#: batch 1, prompt 292: its attention packs the 7 query heads of a KV head from there on).
+#: A longer prompt may not make TTFT drop by more than this; twice the prompt never does.
+KERNEL_CHOICE_SLACK = 0.02
 
 
 @settings(max_examples=15, deadline=None)

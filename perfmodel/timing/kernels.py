@@ -75,7 +75,9 @@ class AttentionFamily:
         Q and two K/V tiles.
     pack_gqa:
         When the G query heads sharing a KV head are packed into one tile's rows:
-        ``decode`` (one query token), ``short`` (whenever S_q·G fits one tile), ``never``.
+        ``decode`` (one query token), ``short`` (whenever S_q·G fits one tile),
+        ``efficiency`` (FA3's rule: when packing fills the row tiles better, see
+        :func:`perfmodel.timing.attention._pack_pays`), ``never``.
     split_kv:
         ``auto``: split the keys over extra CTAs when the tiles do not fill the device (a
         combine kernel merges the partial results); ``none``.
@@ -120,7 +122,8 @@ _FA2 = "FlashAttention-2 paper (Dao 2023) and flash-attn source: 128×128 tiles 
 _FA3 = "FlashAttention-3 paper (Shah et al. 2024) and source (tile_size_fwd_sm90): " \
        "warp-specialised TMA producer/consumer warpgroups, ping-pong scheduling, persistent " \
        "tile scheduler, 192×128 tiles for d ≤ 64, 128×128 to d 128, 128×80 to d 256; " \
-       "pack_gqa for short queries"
+       "pack_gqa when it fills the query tiles better (heuristics.h should_pack_gqa: unpacked " \
+       "fill < 0.9 × packed fill)"
 _TRITON = "SGLang triton_ops/extend_attention.py block sizes (BLOCK_M×BLOCK_N): sm100 64×64 " \
           "(d ≤ 256) / 16×64; sm90 128×64 / 32×64; sm89 64×128 (d ≤ 128) / 64×64 / 32×32; " \
           "sm80 128×128 / 64×64 / 32×64; one program per (sequence, head, query block)"
@@ -135,7 +138,7 @@ ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
     AttentionFamily("paged", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
                     "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)"),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
-                                     (_ANY, 256, 128, 80)), "short", "auto", _FA3),
+                                     (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
                     "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for "
                     "Hopper): persistent, warp-specialised like FA3; " + _BIG_D),
