@@ -28,6 +28,7 @@ __all__ = [
     "GemmChoice",
     "attention_kernel",
     "attention_kernel_for_label",
+    "fused_quantize",
     "gemm_kernel",
     "gemm_kernel_for_label",
     "normalize_engine",
@@ -197,6 +198,23 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
             return GemmChoice("triton", True, _AIC)
         return GemmChoice("deepgemm", True, _AIC)
     return GemmChoice("cutlass" if eng == "trtllm" else "cutedsl", True, _AIC)
+
+
+#: Schemes whose activation quantization an engine fuses into the kernel that produces the
+#: activations when it runs a whole model (so the GEMM call takes them already quantized,
+#: static scales from the checkpoint). TensorRT-LLM's Llama-family decoder layers emit fp8
+#: or nvfp4 activations from the RMSNorm (and the gated activation) ahead of the linear
+#: layers that take them (cited: TensorRT-LLM tensorrt_llm/_torch/models/modeling_llama.py,
+#: fused RMSNorm + quantize). vLLM and SGLang are kept quantizing in the call: their fusion
+#: depends on compilation settings, and SGLang's per-token fp8 runs its own quantize kernel.
+#: A single op (what AIConfigurator timed) always quantizes in the call.
+_FUSED_QUANT: dict[str, frozenset[str]] = {"trtllm": frozenset({"per-tensor", "nvfp4"})}
+
+
+def fused_quantize(engine: str, quant: str) -> bool:
+    """Whether ``engine``, running a whole model, feeds ``quant``-scheme GEMMs activations
+    already quantized by the kernel before (see ``_FUSED_QUANT``)."""
+    return quant in _FUSED_QUANT.get(normalize_engine(engine), frozenset())
 
 
 _GEMM_LABELS = {

@@ -239,6 +239,30 @@ def test_model_with_an_engine_runs_its_kernels() -> None:
     assert float(trt.latency_s) > 0
 
 
+def test_trtllm_models_take_fp8_activations_from_the_norm() -> None:
+    """In a whole TensorRT-LLM model the RMSNorm emits the fp8 activations of the QKV
+    projection: its GEMM runs alone (no quantize kernel, no scale bookkeeping), as one op
+    does with quantize_input=False; vLLM still quantizes in the call."""
+    b, hidden, kv = 16, 4096, 8 * 128  # llama-3.1-8b: n = 4096 + 2·1024, k = 4096
+    kw: dict[str, Any] = {"phase": "decode", "batch": b, "context_len": 1024,
+                          "weight_dtype": "fp8", "step_overhead_s": 0.0}
+    ctx = RunContext(launch="graph", engine="trtllm")
+    alone = pm.Gemm(m=b, n=hidden + 2 * kv, k=hidden, dtype="fp8", out_dtype="bf16",
+                    quant="per-tensor", impl="cublas")
+    quantizing = pm.Gemm(m=b, n=hidden + 2 * kv, k=hidden, dtype="fp8", out_dtype="bf16",
+                         quant="per-tensor", impl="cublas", quantize_input=True)
+    one = predict(alone, "h100-sxm", context=ctx)
+    assert [name for name, _ in one.stages] in ([], ["gemm"])
+    trt = pm.predict_model("llama-3.1-8b", "h100-sxm", engine="trtllm", **kw)
+    assert trt.decode is not None
+    row = trt.decode.op("qkv_proj")
+    assert float(row.latency_s) / float(row.count) == pytest.approx(one.latency_s, rel=1e-9)
+    assert predict(quantizing, "h100-sxm", context=ctx).latency_s > one.latency_s
+    assert any("quantized by the kernel before" in a for a in trt.assumptions)
+    vllm = pm.predict_model("llama-3.1-8b", "h100-sxm", engine="vllm", **kw)
+    assert any("quantized in the call" in a for a in vllm.assumptions)
+
+
 def test_engine_host_time_is_one_row_per_pass() -> None:
     """Under an engine each pass (the prefill, every decode step) pays the host time once:
     its own row, counted as fixed overhead; the kernels are the same with or without it."""

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.dtypes import bytes_per_element
-from perfmodel.engines import attention_kernel, gemm_kernel, normalize_engine
+from perfmodel.engines import attention_kernel, fused_quantize, gemm_kernel, normalize_engine
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
 from perfmodel.ops import Attention, Gemm, Op, Rotary
@@ -146,11 +146,12 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
         if quant is not None and w in hw.peaks and (w != "fp4" or hw.arch == "blackwell"):
             gemm = gemm_kernel(engine, hw.arch, quant)
             new = {**args, "quant": quant, "impl": gemm.impl,
-                   "quantize_input": gemm.quantize_input,
+                   "quantize_input": gemm.quantize_input and not fused_quantize(engine, quant),
                    "out_dtype": args.get("out_dtype") or "bf16"}
             return dataclasses.replace(g, args=new), (
                 f"{engine}: {w} GEMMs run {gemm.impl} with {quant} scales, activations "
-                "quantized in the call")
+                + ("quantized by the kernel before (norm, activation)"
+                   if fused_quantize(engine, quant) else "quantized in the call"))
     if g.kind is Rotary and engine == "trtllm":
         return dataclasses.replace(g, count=0.0 * np.asarray(g.count)), (
             "trtllm: RoPE runs inside the attention pre-processing kernel")

@@ -189,7 +189,10 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
     if op.quantize_input:
         stages.append(("quantize", _predict_stream(op.quantize_stage(), spec, ctx, consts)))
     stages.append(("gemm", main))
-    engine = _engine_time(ctx, f"gemm-{op.quant}", spec, op.impl, op.batch * op.m, consts)
+    # a quantized call's bookkeeping (scales, amax, memsets) belongs to the quantizing call:
+    # an input that arrives quantized (fused into its producer) runs the GEMM kernel alone
+    engine = _engine_time(ctx, f"gemm-{op.quant}", spec, op.impl, op.batch * op.m, consts) \
+        if op.quant == "none" or op.quantize_input else None
     if engine is not None:
         stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
     if len(stages) == 1:
