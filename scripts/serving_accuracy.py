@@ -127,7 +127,7 @@ def load_cases(path: Path, kernels: str | None = None) -> list[Case]:
                 tok = max(tok, 8192)
                 overrides = {"max_num_seqs": bs, "max_num_batched_tokens": tok,
                              "memory_fraction": 0.95}
-                if isl > tok:
+                if isl >= tok:  # the prompt cannot run beside a single decode unchunked
                     overrides["chunked_prefill"] = True
         elif mode == "closed":
             c = int(row["concurrency"])
