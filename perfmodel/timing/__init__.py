@@ -237,7 +237,8 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
                        _predict_stream(pro, spec, ctx, consts)))
     stages.append(("attention", main))
     phase = "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill"
-    engine = _engine_time(ctx, f"attention-{phase}", spec, str(main.details["impl"]),
+    kind = f"attention-{phase}" + ("-fp8" if op.dtype == "fp8" else "")
+    engine = _engine_time(ctx, kind, spec, str(main.details["impl"]),
                           op.batch * op.seq_q, consts)
     if engine is not None:
         stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
