@@ -236,9 +236,13 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
         stages.append(("rope_kv_write" if op.rope else "kv_write",
                        _predict_stream(pro, spec, ctx, consts)))
     stages.append(("attention", main))
-    phase = "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill"
-    engine = _engine_time(ctx, f"attention-{phase}", spec, str(main.details["impl"]),
-                          op.batch * op.seq_q, consts)
+    # each row of an array op takes its own phase: decode (one query token) or prefill
+    impl, rows = str(main.details["impl"]), op.batch * op.seq_q
+    decode = _engine_time(ctx, "attention-decode", spec, impl, rows, consts)
+    prefill = _engine_time(ctx, "attention-prefill", spec, impl, rows, consts)
+    engine = None if decode is None and prefill is None else np.where(
+        np.asarray(op.seq_q) == 1, 0.0 if decode is None else decode,
+        0.0 if prefill is None else prefill)
     if engine is not None:
         stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
     if len(stages) == 1:
