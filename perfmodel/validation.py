@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -65,7 +66,7 @@ __all__ = [
 #: 0; a CUDA-event pair around an eager PyTorch call also times the host's dispatch gap; a
 #: host wall clock with synchronize adds launch and sync; nvbench's cold runs flush L2 and
 #: time from an event recorded before the launch.
-TIMING_FLOORS: dict[str, tuple[float, str]] = {
+TIMING_FLOORS: Mapping[str, tuple[float, str]] = MappingProxyType({
     "perfmodel_cuda_event_pair_l2_flushed_median": (
         0.0, "perfmodel's own harness: CUDA events around the kernel, L2 flushed"),
     "perfmodel_cpu_perf_counter_median": (
@@ -97,21 +98,21 @@ TIMING_FLOORS: dict[str, tuple[float, str]] = {
     "ncu_gpu_time_duration": (
         0.0, "Nsight Compute gpu__time_duration: kernel time only (ncu's default base clocks "
              "and cache flush can make it longer than at boost clocks)"),
-}
+})
 
 #: How each timing method launches kernels and leaves the L2 (see
 #: :class:`perfmodel.timing.context.RunContext`); methods not listed: stream launches,
 #: cold L2.
-_METHOD_CONTEXT: dict[str, tuple[Launch, L2State]] = {
+_METHOD_CONTEXT: Mapping[str, tuple[Launch, L2State]] = MappingProxyType({
     "aic_cuda_graph_replay_mean": ("graph", "warm"),
     "aic_cuda_events_eager_mean_of6": ("eager", "warm"),
-}
+})
 
 
 #: Other properties of a timing method that change what a fair prediction is.
-_METHOD_TRAITS: dict[str, tuple[str, ...]] = {
+_METHOD_TRAITS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "xla_kernel_tracer_median_of5": ("median_over_kernel_events",),
-}
+})
 
 
 def timing_floor(code: str) -> tuple[float, str]:

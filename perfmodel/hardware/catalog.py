@@ -10,12 +10,13 @@ import contextlib
 import contextvars
 import difflib
 import functools
+import logging
 import os
 import stat
-import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -38,8 +39,9 @@ __all__ = [
     "specs_dir",
 ]
 
-#: Common spellings -> bundled id. Resolution prints a note to stderr (once per spelling).
-ALIASES: dict[str, str] = {
+#: Common spellings -> bundled id. Resolution logs a note (once per spelling; the command
+#: line prints it on stderr).
+ALIASES: Mapping[str, str] = MappingProxyType({
     "h100": "h100-sxm", "h100-sxm5": "h100-sxm", "h100-sxm5-80gb": "h100-sxm",
     "h100-80gb": "h100-sxm", "h100-80gb-hbm3": "h100-sxm", "h100-sxm-80gb": "h100-sxm",
     "a100": "a100-80gb-sxm", "a100-sxm": "a100-80gb-sxm", "a100-sxm4-80gb": "a100-80gb-sxm",
@@ -56,7 +58,7 @@ ALIASES: dict[str, str] = {
     "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000-server",
     "arc-b60": "arc-pro-b60", "intel-arc-pro-b60": "arc-pro-b60",
     "cpu": "cpu-local", "local": "cpu-local",
-}
+})
 
 
 def specs_dir() -> Path:
@@ -128,13 +130,16 @@ def resolve_id(name: str) -> str:
     )
 
 
+#: Notes of the library (an alias resolved) go to this logger at INFO level: silent in a
+#: program that configures no logging, printed on stderr by the command line.
+LOG = logging.getLogger("perfmodel")
 _NOTED: set[str] = set()
 
 
 def _note(text: str) -> None:
     if text not in _NOTED:
         _NOTED.add(text)
-        print(text, file=sys.stderr)
+        LOG.info(text)
 
 
 class _DuplicateKeyError(yaml.constructor.ConstructorError):

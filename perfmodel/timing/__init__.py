@@ -89,15 +89,17 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
     return apply_residual(p, spec, floor, causal=bool(getattr(op, "causal", False)), op=op)
 
 
-_MERGED: dict[tuple[int, int], tuple[Constants, dict[str, float], Constants]] = {}
+#: Merged constants by (bundled table, calibrated values): keyed by value (a table hashes
+#: its fitted values), so an equal profile loaded twice shares one entry; bounded.
+_MERGED: dict[tuple[Constants, tuple[tuple[str, float], ...]], Constants] = {}
 
 
 def _calibrated(base: Constants, values: dict[str, float]) -> Constants:
-    """``base`` with a calibrated profile's fitted model constants (memoised per pair)."""
-    key = (id(base), id(values))
+    """``base`` with a calibrated profile's fitted model constants (memoised by value)."""
+    key = (base, tuple(sorted(values.items())))
     hit = _MERGED.get(key)
-    if hit is not None and hit[0] is base and hit[1] is values:
-        return hit[2]
+    if hit is not None:
+        return hit
     merged = base.with_values(values, "calibrated profile")
     if len(_MERGED) > 256:
         _MERGED.clear()

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from perfmodel.dtypes import DType
-from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.hardware.spec import HardwareSpec, content_key
 from perfmodel.timing.family import FamilyParams, family_params
 
 __all__ = ["Knobs", "knobs_for"]
@@ -87,22 +87,25 @@ def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
     return min(1.0, sustained / quoted) if sustained else 1.0
 
 
-_CACHE: dict[tuple[int, str, str], tuple[HardwareSpec, Knobs]] = {}
+#: Resolved knobs by (spec content, op family, dtype): specs are frozen, so equal content
+#: gives equal knobs whatever object it is; bounded (cleared past 1,024 entries).
+_CACHE: dict[tuple[str, str, str], Knobs] = {}
+_CACHE_MAX = 1024
 
 
 def knobs_for(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
     """Resolve the effective parameters; raises if ``dtype`` is unsupported on ``hw``.
 
-    Results are memoised per spec object (specs are frozen).
+    Results are memoised by the spec's content (:func:`perfmodel.hardware.spec.content_key`).
     """
-    key = (id(hw), op_family, dtype)
+    key = (content_key(hw), op_family, dtype)
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] is hw:
-        return hit[1]
+    if hit is not None:
+        return hit
     knobs = _resolve(hw, op_family, dtype)
-    if len(_CACHE) > 512:
+    if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
-    _CACHE[key] = (hw, knobs)
+    _CACHE[key] = knobs
     return knobs
 
 
