@@ -31,6 +31,7 @@ from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
 from perfmodel.ops import Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
+from perfmodel.ops.registry import op_class
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.prediction import Prediction, make_prediction
 
@@ -55,16 +56,9 @@ class GraphTiming:
     bottleneck: Labels
 
 
-_SHAPE_FIELDS: dict[type, frozenset[str]] = {}
-
-
-def _shape_fields(cls: type) -> frozenset[str]:
-    """Constructor arguments of an op class that are shape arrays (annotated ``Array``)."""
-    found = _SHAPE_FIELDS.get(cls)
-    if found is None:
-        found = frozenset(f.name for f in dataclasses.fields(cls) if "Array" in str(f.type))
-        _SHAPE_FIELDS[cls] = found  # a cache keyed by class: same answer every time
-    return found
+def _shape_fields(cls: type) -> tuple[str, ...]:
+    """Constructor arguments of an op class that are shape arrays (the op registry)."""
+    return op_class(cls).shape_fields
 
 
 def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str | None]:

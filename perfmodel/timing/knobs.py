@@ -77,6 +77,9 @@ class Knobs:
     """Softmax/MMA overlap of FA3-class kernels."""
     paged_prefill_efficiency: float = 0.65
     """Paged-KV prefill rate relative to the dense fused kernel."""
+    memory_latency_s: float = 0.6e-6
+    """Loaded device-memory latency, s: the size-independent term of a transfer
+    (``memory.latency`` of the spec where it gives one, else the family's)."""
 
 
 def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
@@ -156,4 +159,6 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam, arch=hw.arch,
         fill_waves=fill_waves, cta_bandwidth=cta_bw, tile_exponent=tile_exp,
         softmax_overlap=soft_ov, fa3_softmax_overlap=fa3_ov, paged_prefill_efficiency=paged,
+        memory_latency_s=(hw.memory.latency if hw.memory.latency is not None
+                          else fam.memory_latency_s),
     )
