@@ -7,10 +7,14 @@
 - The op registry covers every op class and every measurement op name, and each entry
   builds an op that predicts.
 - MemorySpec.latency acts: it is the size-independent term of a transfer.
+- A spec file is parsed again only when it (or a file it extends) changed.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import perfmodel as pm
+from perfmodel.hardware.catalog import load_hardware
 from perfmodel.models import evaluate
 from perfmodel.ops import (
     Activation,
@@ -188,3 +193,32 @@ def test_memory_latency_of_the_spec_is_the_fixed_term_of_a_transfer() -> None:
     expected = 50e-6 - family_params(hw.arch).memory_latency_s
     assert float(with_latency) - float(base) == pytest.approx(expected, rel=1e-9)
     assert float(pm.predict(op, hw).memory_s) == float(base)  # the cache kept them apart
+
+
+def _write(path: Path, text: str, age_s: float) -> None:
+    path.write_text(text, encoding="utf-8")
+    past = time.time_ns() - int(age_s * 1e9)
+    os.utime(path, ns=(past, past))
+
+
+def test_spec_files_are_parsed_again_only_when_they_change(tmp_path: Path) -> None:
+    base, child = tmp_path / "base.yaml", tmp_path / "child.yaml"
+    _write(base, "extends: h100-sxm\nid: my-gpu\n", 60.0)
+    _write(child, "extends: base.yaml\nname: Child GPU\n", 60.0)
+    first = load_hardware(child)
+    assert first.id == "my-gpu"
+    assert first.name == "Child GPU"
+    assert load_hardware(str(child)) is first  # cached: same object
+    # the parent changes (another size, another time): the child is read again
+    _write(base, "extends: h100-sxm\nid: my-gpu-2\n", 30.0)
+    again = load_hardware(child)
+    assert again.id == "my-gpu-2"
+    assert again.name == "Child GPU"
+
+
+def test_a_spec_file_just_written_is_not_kept(tmp_path: Path) -> None:
+    spec = tmp_path / "fresh.yaml"
+    spec.write_text("extends: h100-sxm\nid: fresh-gpu\n", encoding="utf-8")
+    a, b = load_hardware(spec), load_hardware(spec)
+    assert a == b
+    assert a is not b  # modified just now: could change again within one clock tick
