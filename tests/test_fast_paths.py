@@ -222,3 +222,17 @@ def test_a_spec_file_just_written_is_not_kept(tmp_path: Path) -> None:
     a, b = load_hardware(spec), load_hardware(spec)
     assert a == b
     assert a is not b  # modified just now: could change again within one clock tick
+
+
+@pytest.mark.parametrize(("field", "value"), [("register_file_per_unit", 1.0),
+                                              ("infinity_cache", 1e12)])
+def test_reference_only_memory_fields_change_no_prediction(field: str, value: float) -> None:
+    """MemorySpec documents register_file_per_unit and infinity_cache as reference only."""
+    hw = pm.load_hardware("mi300x")
+    other = hw.model_copy(update={"memory": hw.memory.model_copy(update={field: value})})
+    ops: list[Gemm | Attention | Norm] = [Gemm(m=8, n=4096, k=4096), Attention(
+        batch=4, seq_q=1, seq_kv=8192, causal=True), Norm(4096, 8192)]
+    for op in ops:
+        for ctx in CONTEXTS:
+            a, b = pm.predict(op, hw, context=ctx), pm.predict(op, other, context=ctx)
+            assert float(a.latency_s) == float(b.latency_s)

@@ -147,11 +147,18 @@ class MemorySpec(_Frozen):
     smem_per_unit: Bytes | None = None
     """Maximum shared memory (LDS on AMD) per SM/CU, bytes."""
     register_file_per_unit: Bytes | None = None
-    """Register file per SM/CU, bytes."""
+    """Register file per SM/CU, bytes. Recorded for reference only: the timing model does
+    not use it (tile menus and occupancy come from the architecture family,
+    :mod:`perfmodel.timing.family`), so setting it changes no prediction."""
     infinity_cache: Bytes | None = None
-    """Memory-side last-level cache (AMD Infinity Cache), bytes."""
+    """Memory-side last-level cache (AMD Infinity Cache), bytes. Recorded for reference
+    only: the timing model does not use it (warm-call reuse is modelled in ``l2`` alone),
+    so setting it changes no prediction."""
     latency: Seconds | None = None
-    """Typical loaded device-memory latency, s; sets bytes-in-flight for small transfers."""
+    """Loaded device-memory latency, s: the size-independent term of every device-memory
+    transfer, t = bytes / achievable bandwidth + latency (what makes small transfers reach
+    less than the achievable bandwidth). Absent: the architecture family's figure
+    (``memory_latency_s`` in :mod:`perfmodel.timing.family`)."""
 
 
 class LinkSpec(_Frozen):
