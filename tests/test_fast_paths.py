@@ -236,3 +236,27 @@ def test_reference_only_memory_fields_change_no_prediction(field: str, value: fl
         for ctx in CONTEXTS:
             a, b = pm.predict(op, hw, context=ctx), pm.predict(op, other, context=ctx)
             assert float(a.latency_s) == float(b.latency_s)
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "mi300x", "l4"])
+@pytest.mark.parametrize("ctx", CONTEXTS[:2])
+def test_pruned_gemm_search_chooses_as_the_full_search(gpu: str, ctx: RunContext,
+                                                       monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """Many shapes (the pruned search) and few (every candidate on every shape) pick the
+    same candidate with the same figures, small shapes (split-K) included."""
+    from perfmodel.timing import gemm as timing_gemm
+
+    rng = np.random.default_rng(7)
+    m, n, k = (np.round(np.exp(rng.uniform(0.0, np.log(16384.0), 300))) for _ in range(3))
+    op = Gemm(m=m, n=n, k=k, dtype="bf16", batch=rng.integers(1, 4, 300))
+    hw = pm.load_hardware(gpu)
+    monkeypatch.setattr(timing_gemm, "_FEW", 0)
+    pruned = pm.predict(op, hw, context=ctx)
+    monkeypatch.setattr(timing_gemm, "_FEW", 10**9)
+    full = pm.predict(op, hw, context=ctx)
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(pruned, f), getattr(full, f), err_msg=f)
+    for d in ("tile_m", "tile_n", "split_k", "kernels"):
+        np.testing.assert_array_equal(pruned.details[d], full.details[d], err_msg=d)
+    assert np.any(np.asarray(full.details["split_k"]) > 1)  # split-K was in play

@@ -117,6 +117,19 @@ def _flat(x: Any, shape: tuple[int, ...], size: int) -> Array:
     return np.broadcast_to(a, shape).reshape(-1)
 
 
+def _auto_phase(g: GraphOp, args: dict[str, Any]) -> dict[str, Any]:
+    """An attention op's phase as ``auto`` where every row's own phase (decode where
+    seq_q = 1, else prefill) is the graph's: the same predictions, and the prefill and
+    decode attention of a request then share one predict call."""
+    phase = args.get("phase") if g.kind is Attention else None
+    if phase not in ("prefill", "decode"):
+        return args
+    one = np.asarray(args["seq_q"]) == 1
+    if bool(np.all(one)) if phase == "decode" else not bool(np.any(one)):
+        return {**args, "phase": "auto"}
+    return args
+
+
 #: Instances of one op group from which whole-model evaluation predicts distinct shapes only
 #: (a 1,000-point decode sweep of Llama-2-7B: 1.28x faster; one generate prediction, 6
 #: points: 6 % slower with it, so below this it is skipped).
@@ -216,6 +229,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             args, ratio, note = _substitute(g, hw)
             if note and note not in notes:
                 notes.append(note)
+            args = _auto_phase(g, args)
             shape_f = _shape_fields(g.kind)
             key = (g.kind, tuple(sorted((k, v) for k, v in args.items() if k not in shape_f)))
             members.setdefault(key, []).append((gi, oi, args, ratio))

@@ -52,6 +52,9 @@ from perfmodel.timing.knobs import Knobs
 __all__ = ["time_gemm"]
 
 _CHUNK = 1 << 15
+#: Shapes up to which one call evaluates every candidate on every shape (:func:`_time_all`)
+#: rather than pruning (:func:`_time_flat`).
+_FEW = 512
 _K_SLAB = 64.0
 #: A bound this far (relative) below the best is still evaluated: float rounding of the
 #: bound can never prune a candidate that would win.
@@ -104,6 +107,10 @@ class _Call:
     """Every candidate, plain then split: (t_m, t_n, e, s, t_tile, fill, launches)."""
     least_tile_s: float
     """The least t_tile per unit of t_m·t_n of the menu: 2·U/(e_max·R)."""
+    plain_cols: _Tile
+    """The plain candidates as one tile of column arrays (candidates × 1)."""
+    split_cols: _Tile | None
+    """The split-K candidates likewise (None without split-K)."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -153,7 +160,18 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  split_values=tuple(sorted({t.split for t in plain + splits})),
                  split_groups=tuple(tuple(splits[j] for j in idx) for idx in index),
                  split_index=index, table=table,
-                 least_tile_s=min(t.tile_s / (t.tm * t.tn) for t in plain))
+                 least_tile_s=min(t.tile_s / (t.tm * t.tn) for t in plain),
+                 plain_cols=_columns(plain), split_cols=_columns(splits) if splits else None)
+
+
+def _columns(rows: tuple[_Tile, ...]) -> _Tile:
+    """``rows`` as one :class:`_Tile` whose figures are read-only column arrays."""
+    def col(name: str) -> Any:
+        x = np.asarray([getattr(t, name) for t in rows], dtype=np.float64)[:, None]
+        x.setflags(write=False)
+        return x
+    return _Tile(col("tm"), col("tn"), col("eff"), col("split"), col("tile_s"), col("fill"),
+                 rows[0].launches)
 
 
 def _per_byte(call: _Call, footprint: Any, ops: Ops) -> Any:
@@ -179,8 +197,11 @@ def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
 
 
 def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn: Any,
-           a: Any, w: Any, c: Any, fits: Any, per_byte: Any) -> dict[str, Any]:
-    """Latency and parts of candidate ``t`` for the given shapes (floats or arrays)."""
+           a: Any, w: Any, c: Any, fits: Any, per_byte: Any,
+           is_split: bool | None = None) -> dict[str, Any]:
+    """Latency and parts of candidate ``t`` for the given shapes (floats or arrays; ``t``
+    may hold a column of candidates, all split-K or none as ``is_split`` says)."""
+    split = t.split > 1 if is_split is None else is_split
     tiles_m = ops.ceil(m / t.tm)
     tiles_n = ops.ceil(n / t.tn)
     tiles = (b * t.split) * tiles_m * tiles_n
@@ -188,12 +209,12 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     compute = waves * t.tile_s * ops.ceil(kk / t.split)
     conc = ops.minimum(tiles, call.slots)
     traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
-    if t.split > 1:  # split-K: fp32 partials written and read back by a reduce kernel
+    if split:  # split-K: fp32 partials written and read back by a reduce kernel
         traffic = traffic + (8.0 * t.split) * mn
     memory = _stream(call, traffic, per_byte, _frac(call, conc, ops), ops)
     overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     total = overlap(compute, memory, call.overlap_p, ops) + overhead
-    if t.split > 1:
+    if split:
         total = ops.where((tiles / t.split >= call.slots) | (kk < 128.0 * t.split), math.inf,
                           total)
     return {"latency_s": total, "compute_s": compute, "memory_s": memory,
@@ -382,6 +403,43 @@ def _time_flat(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w
     return out
 
 
+def _time_all(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: Array,
+              c: Array, fits: Array, per_byte: Any) -> dict[str, Array]:
+    """The search on a few shapes: every candidate on every shape in two broadcast passes
+    (candidates × shapes; split-K only on the shapes with few tiles), fewer numpy calls
+    than pruning when shapes are few. The same choice as :func:`_time_flat`: the least
+    latency, the first of equals in menu order (a split-K candidate only when strictly
+    faster than every plain one)."""
+    size = m.size
+    mn = b * m * n
+    parts = _parts(VECTOR, call, call.plain_cols, m, n, kk, b, mn, a, w, c, fits, per_byte,
+                   False)
+    shape = (len(call.plain), size)
+    best = np.argmin(np.broadcast_to(parts["latency_s"], shape), axis=0)
+    pick = np.arange(size)
+    out = {name: np.array(np.broadcast_to(parts[name], shape)[best, pick], dtype=np.float64)
+           for name in _FIELDS}
+    chosen = best.astype(np.intp)
+    few = np.flatnonzero(b * np.ceil(m / call.min_tm) * np.ceil(n / call.min_tn) < call.slots)
+    if few.size and call.split_cols is not None:
+        sp = _parts(VECTOR, call, call.split_cols, m[few], n[few], kk[few], b[few], mn[few],
+                    a[few], w[few], c[few], fits[few],
+                    None if per_byte is None else per_byte[few], True)
+        sshape = (len(call.splits), few.size)
+        sbest = np.argmin(np.broadcast_to(sp["latency_s"], sshape), axis=0)
+        spick = np.arange(few.size)
+        better = np.broadcast_to(sp["latency_s"], sshape)[sbest, spick] \
+            < out["latency_s"][few]
+        win = few[better]
+        for name in _FIELDS:
+            out[name][win] = np.broadcast_to(sp[name], sshape)[sbest, spick][better]
+        chosen[win] = len(call.plain) + sbest[better]
+    table = call.table[chosen]
+    out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
+    out["split_k"], out["launches"] = table[:, 3], table[:, 6]
+    return out
+
+
 def footprint(op: Gemm, env: Env, ops: Ops = VECTOR) -> Any:
     """Bytes a warm repeated call touches between two calls of the same buffers: the
     rotated copies of B and C (and of A with ``input_copies``), else A once."""
@@ -433,7 +491,9 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str
         copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
         a_copies = copies if env.input_copies else 1.0
         per_byte = _per_byte(call, a_copies * a + copies * (w + c), VECTOR)
-    if m.size <= _CHUNK:
+    if m.size <= _FEW:
+        flat = _time_all(call, m, n, kk, b, a, w, c, fits, per_byte)
+    elif m.size <= _CHUNK:
         flat = _time_flat(call, m, n, kk, b, a, w, c, fits, per_byte)
     else:
         parts = []
