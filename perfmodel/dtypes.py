@@ -31,6 +31,8 @@ _ALIASES: dict[str, DType] = {
 def normalize_dtype(name: object, field: str = "dtype") -> DType:
     """Return the canonical dtype for ``name`` (case-insensitive; aliases such as
     ``"bfloat16"`` or ``"half"`` accepted). Raises :class:`PerfmodelError` otherwise."""
+    if type(name) is str and name in _BYTES:  # a canonical name (the common case)
+        return name
     if not isinstance(name, str):
         raise PerfmodelError(field, f"expected a dtype name, got {name!r}",
                              f"use one of {', '.join(DTYPES)}")
@@ -45,4 +47,5 @@ def normalize_dtype(name: object, field: str = "dtype") -> DType:
 
 def bytes_per_element(dtype: str) -> float:
     """Bytes one element of ``dtype`` occupies in memory (fp4/int4: 0.5)."""
-    return _BYTES[normalize_dtype(dtype)]
+    size = _BYTES.get(dtype) if type(dtype) is str else None  # type: ignore[call-overload]
+    return size if size is not None else _BYTES[normalize_dtype(dtype)]

@@ -14,12 +14,13 @@ the engine names it) and ``engine`` (``trtllm``, ``vllm``, ``sglang``, …). Whe
 column is empty, the ``notes`` labels of AIConfigurator's database fill it
 (:func:`notes_fields`): ``kv=`` the KV dtype, ``ks=`` the kernel, ``q=`` the quantization.
 
-Only ``op``, ``dtype``, ``measured_us`` and the op's shape columns are required
-(GEMM: m, n, k [batch]; attention: batch, heads, seq_q, seq_kv, head_dim [kv_heads,
-causal]; copy/add: m = elements; rmsnorm, layernorm, silu_mul, silu, gelu, softmax: m = rows,
-n = width; allreduce: m = elements, n = GPUs); ``spec`` may be replaced by an explicit
-device. A row that cannot be used is never dropped silently: it is returned as skipped
-with its reason.
+Only ``op``, ``dtype``, ``measured_us`` and the op's size columns are required (each op
+name and its columns: :data:`perfmodel.ops.registry.ROW_OPS`; GEMM: m, n, k [batch];
+attention: heads, seq_q, seq_kv, head_dim [batch, kv_heads, value_dim]; copy/add: m =
+elements; rmsnorm, layernorm, silu_mul, silu, gelu, softmax: m = rows, n = width;
+allreduce: m = elements, n = GPUs); ``spec`` may be replaced by an explicit device. A
+row that cannot be used is never dropped silently: it is returned as skipped with its
+reason.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from typing import Any
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._limits import MAX_CSV_BYTES, clip_message
+from perfmodel.ops.gemm import QUANT_SCHEMES
+from perfmodel.ops.registry import ROW_OPS
 
 __all__ = [
     "BASE_COLUMNS", "COLUMNS", "ENGINE_COLUMNS", "QUANT_SCHEMES", "Measurement",
@@ -52,25 +55,12 @@ ENGINE_COLUMNS: tuple[str, ...] = ("out_dtype", "kv_dtype", "value_dim", "quant"
                                    "engine")
 #: Every column the reader knows, in the order :func:`write_measurements` writes them.
 COLUMNS: tuple[str, ...] = BASE_COLUMNS + ENGINE_COLUMNS
-#: GEMM quantization schemes: ``none``; fp8 with one scale per tensor, per output channel
-#: (and per token for the activations), or per block (activations 1×128, weights 128×128,
-#: DeepSeek-style); ``nvfp4``: e2m1 values with an fp8 scale per 16 elements and a global
-#: scale.
-QUANT_SCHEMES: tuple[str, ...] = ("none", "per-tensor", "per-channel", "block", "nvfp4")
 #: AIConfigurator's ``q=`` labels -> scheme. Its README: fp8 is per-tensor in TRT-LLM and
 #: vLLM, per-channel in SGLang (the engine decides; see :func:`notes_fields`).
 _AIC_QUANT = {"bfloat16": "none", "float16": "none", "fp8": "per-tensor",
               "fp8_block": "block", "nvfp4": "nvfp4"}
 _ENGINES = ("trtllm", "vllm", "sglang")
 _REQUIRED = ("op", "dtype", "measured_us")
-_SHAPE = {
-    "gemm": ("m", "n", "k"), "attention": ("heads", "seq_q", "seq_kv", "head_dim"),
-    # small streaming ops (calibration writes them): m = elements or rows, n = width
-    "copy": ("m",), "add": ("m",), "rmsnorm": ("m", "n"), "layernorm": ("m", "n"),
-    "silu_mul": ("m", "n"), "silu": ("m", "n"), "gelu": ("m", "n"), "softmax": ("m", "n"),
-    # collectives: m = elements in the buffer, n = GPUs
-    "allreduce": ("m", "n"),
-}
 
 
 def is_suspect(notes: str) -> bool:
@@ -190,12 +180,13 @@ def parse_time_us(raw: Mapping[str, str]) -> float:
 def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
     """Turn one CSV row into a :class:`Measurement`; raises ValueError naming the column."""
     op = (raw.get("op") or "").strip().lower()
-    if op not in _SHAPE:
+    kind = ROW_OPS.get(op)
+    if kind is None:
         raise ValueError(f"column op: unknown op {raw.get('op')!r} (this reader knows "
-                         f"{', '.join(_SHAPE)})")
+                         f"{', '.join(ROW_OPS)})")
     us = parse_time_us(raw)
     sizes = {name: _int(raw.get(name) or "", name, row) for name in _INT_FIELDS}
-    for name in _SHAPE[op]:
+    for name in kind.columns:
         if sizes[name] is None:
             raise ValueError(f"column {name}: required for {op} rows but empty")
     dtype = (raw.get("dtype") or "").strip()

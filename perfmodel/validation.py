@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,6 +36,7 @@ from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
+from perfmodel.ops.registry import ROW_OPS, STREAM_ROW_OPS, RowOp
 from perfmodel.timing import predict
 from perfmodel.timing.constants import Constants, bundled_constants
 from perfmodel.timing.context import L2State, Launch, RunContext
@@ -65,7 +67,7 @@ __all__ = [
 #: 0; a CUDA-event pair around an eager PyTorch call also times the host's dispatch gap; a
 #: host wall clock with synchronize adds launch and sync; nvbench's cold runs flush L2 and
 #: time from an event recorded before the launch.
-TIMING_FLOORS: dict[str, tuple[float, str]] = {
+TIMING_FLOORS: Mapping[str, tuple[float, str]] = MappingProxyType({
     "perfmodel_cuda_event_pair_l2_flushed_median": (
         0.0, "perfmodel's own harness: CUDA events around the kernel, L2 flushed"),
     "perfmodel_cpu_perf_counter_median": (
@@ -97,21 +99,21 @@ TIMING_FLOORS: dict[str, tuple[float, str]] = {
     "ncu_gpu_time_duration": (
         0.0, "Nsight Compute gpu__time_duration: kernel time only (ncu's default base clocks "
              "and cache flush can make it longer than at boost clocks)"),
-}
+})
 
 #: How each timing method launches kernels and leaves the L2 (see
 #: :class:`perfmodel.timing.context.RunContext`); methods not listed: stream launches,
 #: cold L2.
-_METHOD_CONTEXT: dict[str, tuple[Launch, L2State]] = {
+_METHOD_CONTEXT: Mapping[str, tuple[Launch, L2State]] = MappingProxyType({
     "aic_cuda_graph_replay_mean": ("graph", "warm"),
     "aic_cuda_events_eager_mean_of6": ("eager", "warm"),
-}
+})
 
 
 #: Other properties of a timing method that change what a fair prediction is.
-_METHOD_TRAITS: dict[str, tuple[str, ...]] = {
+_METHOD_TRAITS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "xla_kernel_tracer_median_of5": ("median_over_kernel_events",),
-}
+})
 
 
 def timing_floor(code: str) -> tuple[float, str]:
@@ -298,25 +300,20 @@ class ValidationReport:
 
 StreamOp = Elementwise | Norm | Activation | Softmax
 #: The op of a batch of measured rows.
-RowOp = Gemm | Attention | StreamOp | AllReduce
+BatchOp = Gemm | Attention | StreamOp | AllReduce
 
 
 def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
-    """The perfmodel op of a streaming measurement row: ``copy``/``add`` over m elements;
-    ``rmsnorm``/``layernorm``/``silu_mul``/``silu``/``gelu``/``softmax`` over m rows of width
-    n."""
-    if op == "copy":
-        return Elementwise(m, reads=1, writes=1, flops_per_element=0, dtype=dtype, kind="copy")
-    if op == "add":
-        return Elementwise(m, reads=2, writes=1, flops_per_element=1, dtype=dtype, kind="add")
-    if op in ("rmsnorm", "layernorm"):
-        return Norm(m, n, kind="rms" if op == "rmsnorm" else "layer", dtype=dtype)
-    if op in ("silu_mul", "silu", "gelu"):
-        return Activation(m, n, kind=op, dtype=dtype)
-    if op == "softmax":
-        return Softmax(m, n, dtype=dtype)
-    raise PerfmodelError("op", f"unknown streaming op {op!r}",
-                         "use copy, add, rmsnorm, layernorm, silu_mul, silu, gelu or softmax")
+    """The perfmodel op of a streaming measurement row (:data:`perfmodel.ops.registry.ROW_OPS`):
+    ``copy``/``add`` over m elements; ``rmsnorm``/``layernorm``/``silu_mul``/``silu``/``gelu``/
+    ``softmax`` over m rows of width n."""
+    kind = ROW_OPS.get(op)
+    if kind is None or op not in STREAM_ROW_OPS:
+        raise PerfmodelError("op", f"unknown streaming op {op!r}",
+                             f"use one of {', '.join(STREAM_ROW_OPS)}")
+    built = kind.build(dtype, {"m": m, "n": n})
+    assert isinstance(built, (Elementwise, Norm, Activation, Softmax))
+    return built
 
 
 def _batch_key(row: Measurement) -> tuple[Any, ...]:
@@ -337,6 +334,21 @@ def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
     return np.asarray([getattr(r, name) or default for r in rows], dtype=np.float64)
 
 
+#: Defaults of optional size columns that follow another column (kv_heads = heads...).
+_FOLLOWS = {"kv_heads": "heads", "value_dim": "head_dim"}
+
+
+def _sizes(rows: Sequence[Measurement], kind: RowOp) -> dict[str, Array]:
+    """The size columns of ``kind`` over ``rows`` as arrays: an empty optional column takes
+    its class's default (batch 1; kv_heads = heads, value_dim = head_dim)."""
+    out: dict[str, Array] = {}
+    for col in (*kind.columns, *kind.optional):
+        follow = _FOLLOWS.get(col)
+        out[col] = np.asarray([getattr(r, col) or (getattr(r, follow) if follow else 0) or 1
+                               for r in rows], dtype=np.float64)
+    return out
+
+
 def dtype_rule(dtype: str, notes: str, spec: HardwareSpec) -> tuple[str, str]:
     """The dtype to predict a row with, from its ``dtype`` and ``notes`` columns, and the
     rule used. XLA's default f32 precision runs TF32 where the hardware has it and full
@@ -348,12 +360,14 @@ def dtype_rule(dtype: str, notes: str, spec: HardwareSpec) -> tuple[str, str]:
 
 
 def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
-           spec: HardwareSpec) -> tuple[RowOp, str]:
+           spec: HardwareSpec) -> tuple[BatchOp, str]:
     """The op of a batch of rows with one key, and the kernel rule used."""
     first = rows[0]
     if key[0] == "allreduce":
-        return AllReduce(_arr(rows, "m", 1), gpus=_arr(rows, "n", 1), dtype=dtype,
-                         algorithm=str(key[2])), f"allreduce {key[2]}"
+        collective = ROW_OPS["allreduce"].build(dtype, _sizes(rows, ROW_OPS["allreduce"]),
+                                                algorithm=str(key[2]))
+        assert isinstance(collective, AllReduce)
+        return collective, f"allreduce {key[2]}"
     if key[0] not in ("gemm", "attention"):
         return stream_op(key[0], dtype, _arr(rows, "m", 1), _arr(rows, "n", 1)), key[0]
     if key[0] == "gemm":
@@ -365,14 +379,14 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
                                            quant)
             impl, quantize = choice.impl, choice.quantize_input
             rule = f"gemm {impl}" + (f" {quant} (+ activation quantize)" if quantize else "")
-        return Gemm(m=_arr(rows, "m", 1), n=_arr(rows, "n", 1), k=_arr(rows, "k", 1),
-                    batch=_arr(rows, "batch", 1), dtype=dtype, bias=bool(key[2]),
-                    out_dtype=first.out_dtype or ("bf16" if quant != "none" else None),
-                    quant=quant, quantize_input=quantize, impl=impl), rule
-    heads = _arr(rows, "heads", 1)
-    kv = np.asarray([r.kv_heads or r.heads or 1 for r in rows], dtype=np.float64)
-    head_dim = _arr(rows, "head_dim", 1)
-    value_dim = np.asarray([r.value_dim or r.head_dim or 1 for r in rows], dtype=np.float64)
+        gemm = ROW_OPS["gemm"].build(
+            dtype, _sizes(rows, ROW_OPS["gemm"]), bias=bool(key[2]),
+            out_dtype=first.out_dtype or ("bf16" if quant != "none" else None), quant=quant,
+            quantize_input=quantize, impl=impl)
+        assert isinstance(gemm, Gemm)
+        return gemm, rule
+    sizes = _sizes(rows, ROW_OPS["attention"])
+    head_dim = sizes["head_dim"]
     impl, splits = str(key[3]), key[4]
     kv_write = rope = False
     rule = f"{impl} (num_splits={splits}): {kernel_path(first.impl)[2]}"
@@ -384,17 +398,21 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
         splits = attn.num_splits
         rule = (f"{first.engine} {impl}" + (" + KV write" if kv_write else "")
                 + (" with RoPE" if rope else "") + f" ({attn.source})")
-    return Attention(batch=_arr(rows, "batch", 1), heads=heads, kv_heads=kv,
-                     seq_q=_arr(rows, "seq_q", 1), seq_kv=_arr(rows, "seq_kv", 1),
-                     head_dim=head_dim, value_dim=value_dim, causal=bool(key[2]),
-                     dtype=dtype, kv_dtype=first.kv_dtype or None, impl=impl,
-                     num_splits=splits, kv_write=kv_write, rope=rope), rule
+    attn_op = ROW_OPS["attention"].build(
+        dtype, sizes, causal=bool(key[2]), kv_dtype=first.kv_dtype or None, impl=impl,
+        num_splits=splits, kv_write=kv_write, rope=rope,
+        # the engine call's kind, for the whole batch (rows are grouped by their phase
+        # column): decode when every row has one query token, as the model constants were
+        # fitted (a batch labelled prefill that runs a decode kernel on one-token rows)
+        phase="decode" if bool(np.all(sizes["seq_q"] == 1)) else "prefill")
+    assert isinstance(attn_op, Attention)
+    return attn_op, rule
 
 
 #: Weight copies AIConfigurator's GEMM collectors rotate between calls (their source):
 #: TensorRT-LLM ⌈L2 / weight bytes⌉ capped at 5 (inputs shared); vLLM 6 for bf16 and fp8,
 #: 1 for fp8 block and nvfp4 (inputs shared); SGLang 6 (inputs rotated too).
-def _aic_copies(engine: str, op: RowOp,
+def _aic_copies(engine: str, op: BatchOp,
                 spec: HardwareSpec) -> tuple[Any, bool]:
     if not isinstance(op, Gemm):
         return 1.0, False
@@ -409,7 +427,7 @@ def _aic_copies(engine: str, op: RowOp,
     return 1.0, False
 
 
-def run_context(timing: str, engine: str, op: RowOp,
+def run_context(timing: str, engine: str, op: BatchOp,
                 spec: HardwareSpec) -> RunContext:
     """The :class:`RunContext` of rows timed by method ``timing`` (floor included; an
     eager call's host time is the engine's constant)."""
@@ -423,7 +441,7 @@ def run_context(timing: str, engine: str, op: RowOp,
                       floor_s=floor, engine=engine)
 
 
-def _bare_roofline(op: RowOp, hw: HardwareSpec) -> Array:
+def _bare_roofline(op: BatchOp, hw: HardwareSpec) -> Array:
     if isinstance(op, AllReduce):  # ring bytes over the spec's GPU (else host) link
         link = hw.interconnect.gpu_link or hw.interconnect.host_link
         bw = link.bandwidth_per_direction if link is not None else hw.memory.bandwidth
@@ -445,7 +463,7 @@ class Batch:
     run context; ``index`` are the rows' positions in :attr:`Prepared.rows`."""
 
     spec: HardwareSpec
-    op: RowOp
+    op: BatchOp
     context: RunContext
     index: npt.NDArray[np.intp]
     rule: str

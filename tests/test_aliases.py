@@ -33,17 +33,28 @@ def test_alias_resolves(name: str, expected: str) -> None:
     assert load_hardware(name).id == expected
 
 
-def test_alias_prints_a_note_once(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+def test_alias_logs_a_note_once_and_prints_nothing(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(catalog, "_NOTED", set())
-    resolve_id("H100-80GB-HBM3")
-    resolve_id("H100-80GB-HBM3")
-    resolve_id("h100-sxm")  # the id itself needs no note
-    err = capsys.readouterr().err
-    assert err == (
-        "note: 'H100-80GB-HBM3' resolved to 'h100-sxm' (say 'h100-sxm' to silence this note)\n"
-    )
+    with caplog.at_level("INFO", logger="perfmodel"):
+        resolve_id("H100-80GB-HBM3")
+        resolve_id("H100-80GB-HBM3")
+        resolve_id("h100-sxm")  # the id itself needs no note
+    assert [r.getMessage() for r in caplog.records] == [
+        "note: 'H100-80GB-HBM3' resolved to 'h100-sxm' (say 'h100-sxm' to silence this note)"
+    ]
+    assert capsys.readouterr().err == ""  # a library prints nothing of its own
+
+
+def test_cli_prints_the_alias_note(capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfmodel.cli.main import main
+
+    monkeypatch.setattr(catalog, "_NOTED", set())
+    assert main(["specs", "show", "H100-80GB-HBM3"]) == 0
+    assert "note: 'H100-80GB-HBM3' resolved to 'h100-sxm'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

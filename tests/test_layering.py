@@ -190,37 +190,69 @@ def test_module_name() -> None:
     assert module_name(PACKAGE_DIR / "cli" / "__init__.py") == "perfmodel.cli"
 
 
-#: Layer order of DESIGN.md section 2 for the packages that have one: a module may import
-#: its own layer or lower ones, never a higher one (cli and plots at the top).
-_LAYERS = (
+#: The layers of DESIGN.md section 2, bottom first: every module of perfmodel belongs to
+#: one (test_every_module_has_a_layer), and imports, top level or lazy, point to its own
+#: layer or lower ones. The foundation holds the helpers everything uses and the data
+#: packages (an engine profile is data, not a layer); hardware and ops sit side by side
+#: (the two rules above keep them apart); the package root is the facade on top that
+#: re-exports public names lazily.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("perfmodel._errors", "perfmodel._limits", "perfmodel._units", "perfmodel._xp",
+     "perfmodel.dtypes", "perfmodel.engines", "perfmodel.data"),
     ("perfmodel.hardware", "perfmodel.ops"),
-    ("perfmodel.timing",),
-    ("perfmodel.models", "perfmodel.sweeps"),
+    ("perfmodel.timing", "perfmodel.measurements"),
+    ("perfmodel.models", "perfmodel.sweeps", "perfmodel.validation"),
     ("perfmodel.serving",),
     ("perfmodel.planning", "perfmodel.planning_sim"),
-    ("perfmodel.calibrate", "perfmodel.plots", "perfmodel.cli"),
+    ("perfmodel.calibrate",),
+    ("perfmodel.cli", "perfmodel.plots", "perfmodel.__main__", "perfmodel"),
 )
+#: Names of the root any layer may import: the version string (the root's other names are
+#: re-exports of lower layers, imported lazily).
+ROOT_NAMES = ("perfmodel", "perfmodel.__version__")
 
 
-def _layer(module: str) -> int | None:
-    for i, packages in enumerate(_LAYERS):
-        if any(_within(module, p) for p in packages):
-            return i
+def layer_of(module: str) -> int | None:
+    """Index in :data:`LAYERS` of a perfmodel module (the root only by its exact name)."""
+    for i, packages in enumerate(LAYERS):
+        for p in packages:
+            if module == p or (p != "perfmodel" and module.startswith(p + ".")):
+                return i
     return None
 
 
-def test_serving_and_planning_sit_in_their_layers() -> None:
+def upward_imports(modules: list[tuple[Path, str, list[Import]]]) -> list[str]:
+    """Every import of a perfmodel module from a lower layer than the importer's own."""
     bad = []
-    for p, name, imps in MODULES:
-        mine = _layer(name)
-        if mine is None or mine < _layer("perfmodel.serving"):  # type: ignore[operator]
-            continue
+    for path, name, imps in modules:
+        mine = layer_of(name)
         for i in imps:
-            theirs = _layer(i.module)
-            if theirs is not None and theirs > mine:
-                bad.append(f"{p.relative_to(PACKAGE_DIR.parent)}:{i.line} imports {i.module}")
-    below = [f"{p.relative_to(PACKAGE_DIR.parent)}:{i.line} imports {i.module}"
-             for p, name, imps in MODULES
-             if (_layer(name) or 0) < 3 for i in imps if _within(i.module, "perfmodel.serving")]
-    _violations("serving sits above models and below planning; planning below cli/plots",
-                bad + below)
+            if not _within(i.module, "perfmodel") or i.module in ROOT_NAMES:
+                continue
+            theirs = layer_of(i.module)
+            if mine is None or theirs is None or theirs > mine:
+                bad.append(f"{path.relative_to(PACKAGE_DIR.parent)}:{i.line} ({name}, layer "
+                           f"{mine}) imports {i.module} (layer {theirs})")
+    return bad
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = [name for _, name, _ in MODULES if layer_of(name) is None]
+    _violations("every module of perfmodel belongs to a layer of LAYERS (add new packages "
+                "there, where DESIGN.md section 2 puts them)", missing)
+
+
+def test_imports_point_down_the_whole_table() -> None:
+    _violations("imports point down the layers (DESIGN.md section 2)", upward_imports(MODULES))
+
+
+def test_an_upward_import_is_reported() -> None:
+    fake = PACKAGE_DIR / "models" / "fake.py"
+    src = "from perfmodel.serving import simulator\nfrom perfmodel import __version__\n"
+    mods = [(fake, "perfmodel.models.fake", imports_of(src, "perfmodel.models.fake"))]
+    bad = upward_imports(mods)
+    assert len(bad) == 2  # the package and its module, both from a higher layer
+    assert all("perfmodel.serving" in b for b in bad)
+    lazy = "def f():\n    from perfmodel.cli import main\n"
+    mods = [(fake, "perfmodel.ops.fake", imports_of(lazy, "perfmodel.ops.fake"))]
+    assert upward_imports(mods)  # a lazy import counts too

@@ -3,20 +3,10 @@ vectorised perfmodel ops, predict them all at once.
 
 The CSV is the shared measurement schema (:data:`perfmodel.measurements.COLUMNS`).
 Besides ``gemm`` and ``attention`` rows, calibration also writes and reads small
-streaming ops, with their sizes in the ``m``/``n`` columns (stated in ``notes`` too):
-
-============  ===========================  ==========================================
-``op``        sizes                        perfmodel op
-============  ===========================  ==========================================
-copy          m = elements                 Elementwise(m, reads=1, writes=1, flops=0)
-add           m = elements                 Elementwise(m, reads=2, writes=1, flops=1)
-rmsnorm       m = rows, n = hidden         Norm(m, n, "rms")
-layernorm     m = rows, n = hidden         Norm(m, n, "layer")
-silu_mul      m = rows, n = width          Activation(m, n, "silu_mul")
-silu          m = rows, n = width          Activation(m, n, "silu")
-gelu          m = rows, n = width          Activation(m, n, "gelu")
-softmax       m = rows, n = columns        Softmax(m, n)
-============  ===========================  ==========================================
+streaming ops (``copy``, ``add``, ``rmsnorm``, ``layernorm``, ``silu_mul``, ``silu``,
+``gelu``, ``softmax``), with their sizes in the ``m``/``n`` columns (stated in ``notes``
+too); each name, its size columns and the op it becomes are in the op registry
+(:data:`perfmodel.ops.registry.ROW_OPS`).
 
 Reading is strict: a calibration fitted on a file with a bad line would silently rest on
 fewer points than the user believes, so any unusable line is an error naming the line.
@@ -51,6 +41,7 @@ from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
+from perfmodel.ops.registry import ROW_OPS, STREAM_ROW_OPS
 from perfmodel.timing import Prediction, predict
 from perfmodel.timing.constants import Constants
 from perfmodel.validation import Batch, Prepared, dtype_rule, kernel_path, prepare
@@ -61,8 +52,7 @@ __all__ = [
 ]
 
 #: Streaming ops calibration understands, beyond gemm and attention.
-STREAM_OPS: tuple[str, ...] = ("copy", "add", "rmsnorm", "layernorm", "silu_mul", "silu", "gelu",
-                               "softmax")
+STREAM_OPS: tuple[str, ...] = STREAM_ROW_OPS
 _KNOWN_OPS = ("gemm", "attention", *STREAM_OPS)
 _REQUIRED_COLUMNS = ("op", "dtype", "measured_us")
 _MAX_LISTED = 5
@@ -159,8 +149,7 @@ def _stream_row(raw: Mapping[str, str], line: int) -> Row:
     op = (raw.get("op") or "").strip().lower()
     us = parse_time_us(raw)
     sizes: list[float] = []
-    names = ("m",) if op in ("copy", "add") else ("m", "n")
-    for name in names:
+    for name in ROW_OPS[op].columns:
         value = (raw.get(name) or "").strip()
         try:
             number = float(value)

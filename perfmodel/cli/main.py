@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import logging
 import os
 import sys
 import warnings
@@ -110,6 +111,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     for the traceback), 130 interrupted.
     """
     parser = build_parser()
+    notes = _NoteHandler()
+    log = logging.getLogger("perfmodel")
+    log.addHandler(notes)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        return _main(parser, argv)
+    finally:
+        log.removeHandler(notes)
+        log.setLevel(level)
+
+
+class _NoteHandler(logging.Handler):
+    """Prints the library's notes (``perfmodel`` logger) on stderr as they come."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(record.getMessage(), file=sys.stderr)
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     try:
         args = parser.parse_args(argv)
         if getattr(args, "func", None) is None:

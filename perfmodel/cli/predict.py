@@ -33,6 +33,7 @@ from perfmodel.ops import (
     Softmax,
 )
 from perfmodel.ops.comm import ALGORITHMS
+from perfmodel.ops.registry import OP_CLASSES
 from perfmodel.timing import Prediction, RunContext, predict
 
 __all__ = ["register"]
@@ -306,36 +307,36 @@ def _add_allreduce(p: argparse.ArgumentParser) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _OpCommand:
-    help: str
+    """The flags and the builder of one op class (its name and summary: the op registry,
+    :data:`perfmodel.ops.registry.OP_CLASSES`)."""
+
     add: Callable[[argparse.ArgumentParser], None]
     build: Callable[[argparse.Namespace], Op]
 
 
 _OPS: dict[str, _OpCommand] = {
-    "gemm": _OpCommand("matrix multiply C = A @ B", _add_gemm, _build_gemm),
-    "attention": _OpCommand("scaled dot-product attention (prefill, decode; GQA; causal)",
-                            _add_attention, _build_attention),
-    "norm": _OpCommand("RMSNorm / LayerNorm", _add_norm,
+    "gemm": _OpCommand(_add_gemm, _build_gemm),
+    "attention": _OpCommand(_add_attention, _build_attention),
+    "norm": _OpCommand(_add_norm,
                        lambda a: Norm(a.tokens, a.hidden, kind=a.kind, dtype=a.dtype)),
-    "activation": _OpCommand("activation (SwiGLU, GeGLU, GELU, SiLU, ReLU)", _add_activation,
+    "activation": _OpCommand(_add_activation,
                              lambda a: Activation(a.tokens, a.width, kind=a.kind,
                                                   dtype=a.dtype)),
-    "rotary": _OpCommand("rotary position embedding on Q and K", _add_rotary,
+    "rotary": _OpCommand(_add_rotary,
                          lambda a: Rotary(a.tokens, a.heads,
                                           a.heads if a.kv_heads is None else a.kv_heads,
                                           a.head_dim, dtype=a.dtype)),
-    "softmax": _OpCommand("row softmax", _add_softmax,
+    "softmax": _OpCommand(_add_softmax,
                           lambda a: Softmax(a.rows, a.cols, dtype=a.dtype)),
-    "embedding": _OpCommand("embedding gather", _add_embedding,
+    "embedding": _OpCommand(_add_embedding,
                             lambda a: Embedding(a.tokens, a.hidden, vocab=a.vocab,
                                                 dtype=a.dtype)),
-    "elementwise": _OpCommand("generic elementwise kernel", _add_elementwise,
+    "elementwise": _OpCommand(_add_elementwise,
                               lambda a: Elementwise(a.numel, reads=a.reads, writes=a.writes,
                                                     flops_per_element=a.flops_per_element,
                                                     sfu_per_element=a.sfu_per_element,
                                                     dtype=a.dtype)),
-    "allreduce": _OpCommand("all-reduce across GPUs (NCCL, custom one/two-shot, NVLS)",
-                            _add_allreduce,
+    "allreduce": _OpCommand(_add_allreduce,
                             lambda a: AllReduce(a.numel, gpus=a.gpus, dtype=a.dtype,
                                                 algorithm=a.algorithm)),
 }
@@ -352,8 +353,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=lambda _args: _print_help(parser))
     sub = parser.add_subparsers(dest="op", metavar="OP")
     for name, cmd in _OPS.items():
+        summary = OP_CLASSES[name].summary
         p = sub.add_parser(
-            name, help=cmd.help, description=f"Predict {cmd.help}." + _COMMON_HELP,
+            name, help=summary, description=f"Predict {summary}." + _COMMON_HELP,
             epilog=_EPILOGS[name], formatter_class=argparse.RawDescriptionHelpFormatter,
             allow_abbrev=False,
         )

@@ -10,12 +10,14 @@ import contextlib
 import contextvars
 import difflib
 import functools
+import logging
 import os
 import stat
-import sys
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -38,8 +40,9 @@ __all__ = [
     "specs_dir",
 ]
 
-#: Common spellings -> bundled id. Resolution prints a note to stderr (once per spelling).
-ALIASES: dict[str, str] = {
+#: Common spellings -> bundled id. Resolution logs a note (once per spelling; the command
+#: line prints it on stderr).
+ALIASES: Mapping[str, str] = MappingProxyType({
     "h100": "h100-sxm", "h100-sxm5": "h100-sxm", "h100-sxm5-80gb": "h100-sxm",
     "h100-80gb": "h100-sxm", "h100-80gb-hbm3": "h100-sxm", "h100-sxm-80gb": "h100-sxm",
     "a100": "a100-80gb-sxm", "a100-sxm": "a100-80gb-sxm", "a100-sxm4-80gb": "a100-80gb-sxm",
@@ -56,7 +59,7 @@ ALIASES: dict[str, str] = {
     "rtx-pro-6000-blackwell-server-edition": "rtx-pro-6000-server",
     "arc-b60": "arc-pro-b60", "intel-arc-pro-b60": "arc-pro-b60",
     "cpu": "cpu-local", "local": "cpu-local",
-}
+})
 
 
 def specs_dir() -> Path:
@@ -128,13 +131,16 @@ def resolve_id(name: str) -> str:
     )
 
 
+#: Notes of the library (an alias resolved) go to this logger at INFO level: silent in a
+#: program that configures no logging, printed on stderr by the command line.
+LOG = logging.getLogger("perfmodel")
 _NOTED: set[str] = set()
 
 
 def _note(text: str) -> None:
     if text not in _NOTED:
         _NOTED.add(text)
-        print(text, file=sys.stderr)
+        LOG.info(text)
 
 
 class _DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -223,8 +229,13 @@ def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, A
     return out
 
 
-def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
+def _raw_with_extends(path: Path, chain: tuple[str, ...],
+                      read: list[Path] | None = None) -> dict[str, Any]:
+    """The mapping of the spec at ``path`` merged onto its ``extends`` chain; each file
+    read is appended to ``read``."""
     data = _read_yaml(path)
+    if read is not None:
+        read.append(path)
     parent = data.pop("extends", None)
     if parent is None:
         return data
@@ -237,7 +248,7 @@ def _raw_with_extends(path: Path, chain: tuple[str, ...]) -> dict[str, Any]:
     if key in chain:
         cycle = " -> ".join([*chain, key])
         raise SpecError(str(path), [f"extends: cycle detected ({cycle}); remove one extends"])
-    base = _raw_with_extends(parent_path, (*chain, key))
+    base = _raw_with_extends(parent_path, (*chain, key), read)
     return _deep_merge(_inherited_provenance(base, data), data)
 
 
@@ -433,17 +444,72 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> HardwareS
     return spec
 
 
+#: Loaded spec files by absolute path as given: (the files read with their (mtime_ns,
+#: size), the folders ``extends`` could read from, the spec, whether it lies in the bundled
+#: catalogue). An entry holds while none of its files changed (``stat`` follows links, so
+#: a link pointed elsewhere shows as a change) and the allowed folders are the same;
+#: bounded.
+_FILE_CACHE: dict[str, tuple[tuple[tuple[str, int, int], ...], tuple[Any, ...],
+                             HardwareSpec, bool]] = {}
+_FILE_CACHE_MAX = 256
+#: Files modified less than this long ago (ns) are read again at the next load.
+_RACY_NS = 2_000_000_000
+
+
+def _stamp(path: str) -> tuple[str, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (path, info.st_mtime_ns, info.st_size)
+
+
+def _cached_file(p: Path) -> tuple[HardwareSpec, bool]:
+    """The validated spec of the file ``p`` and whether it is a bundled one, parsed again
+    only when it (or a file of its ``extends`` chain) changed since the last load: same
+    modification time and size."""
+    key = os.path.abspath(p)
+    roots = (_EXTRA_SPEC_DIRS.get(), os.environ.get("PERFMODEL_SPEC_PATH", ""))
+    hit = _FILE_CACHE.get(key)
+    if hit is not None and hit[1] == roots and all(
+            _stamp(f) == (f, mtime, size) for f, mtime, size in hit[0]):
+        return hit[2], hit[3]
+    read: list[Path] = []
+    real = p.resolve()
+    data = _raw_with_extends(p, (str(real),), read)
+    spec = spec_from_dict(data, source=str(p))
+    bundled = _bundled_root() in real.parents
+    files = [key, *(str(f.resolve()) for f in read[1:])]
+    stamps = tuple(st for st in map(_stamp, files) if st is not None)
+    # a file changed within the last seconds could change again within the same clock tick
+    # of its modification time (racy): such a load is not kept
+    recent = time.time_ns() - _RACY_NS
+    if len(stamps) == len(read) and all(mtime < recent for _, mtime, _ in stamps):
+        if len(_FILE_CACHE) >= _FILE_CACHE_MAX:
+            _FILE_CACHE.clear()
+        _FILE_CACHE[key] = (stamps, roots, spec, bundled)
+    return spec, bundled
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_root() -> Path:
+    return specs_dir().resolve()
+
+
 def load_hardware_file(path: str | Path) -> HardwareSpec:
     """Read, merge (``extends``) and validate the YAML spec at ``path``.
+
+    The result is cached by path: a file (or a file it ``extends``) is parsed again only
+    once its modification time or size changed (a file modified in the last two seconds is
+    always read again).
 
     A spec outside the bundled catalogue with a tensor peak that has no
     ``flops_per_clock_per_unit`` issues a :class:`PerfmodelWarning`: without it, a 2:4
     sparse figure (twice the dense one) cannot be told from a dense one.
     """
     p = Path(path)
-    data = _raw_with_extends(p, (str(p.resolve()),))
-    spec = spec_from_dict(data, source=str(p))
-    if specs_dir().resolve() not in p.resolve().parents:
+    spec, bundled = _cached_file(p)
+    if not bundled:
         unchecked = [dt for dt, pk in spec.peaks.items()
                      if pk.unit == "tensor" and pk.flops_per_clock_per_unit is None]
         if unchecked:

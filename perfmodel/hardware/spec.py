@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import weakref
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -29,6 +30,7 @@ __all__ = [
     "LinkSpec",
     "MemorySpec",
     "PricingSpec",
+    "content_key",
     "provenance_problems",
     "quantity_kind",
     "spec_fitted_sources",
@@ -145,11 +147,18 @@ class MemorySpec(_Frozen):
     smem_per_unit: Bytes | None = None
     """Maximum shared memory (LDS on AMD) per SM/CU, bytes."""
     register_file_per_unit: Bytes | None = None
-    """Register file per SM/CU, bytes."""
+    """Register file per SM/CU, bytes. Recorded for reference only: the timing model does
+    not use it (tile menus and occupancy come from the architecture family,
+    :mod:`perfmodel.timing.family`), so setting it changes no prediction."""
     infinity_cache: Bytes | None = None
-    """Memory-side last-level cache (AMD Infinity Cache), bytes."""
+    """Memory-side last-level cache (AMD Infinity Cache), bytes. Recorded for reference
+    only: the timing model does not use it (warm-call reuse is modelled in ``l2`` alone),
+    so setting it changes no prediction."""
     latency: Seconds | None = None
-    """Typical loaded device-memory latency, s; sets bytes-in-flight for small transfers."""
+    """Loaded device-memory latency, s: the size-independent term of every device-memory
+    transfer, t = bytes / achievable bandwidth + latency (what makes small transfers reach
+    less than the achievable bandwidth). Absent: the architecture family's figure
+    (``memory_latency_s`` in :mod:`perfmodel.timing.family`)."""
 
 
 class LinkSpec(_Frozen):
@@ -429,3 +438,22 @@ def spec_fitted_sources(spec: HardwareSpec) -> frozenset[str]:
     from perfmodel.hardware.provenance import fitted_sources  # imports this module
 
     return fitted_sources(spec)
+
+
+#: id(spec) -> (weak reference to the spec, its content key): a spec object's key is
+#: computed once; the weak reference proves the entry belongs to this object (an id may be
+#: reused after the object is gone, and the entry is dropped when it goes).
+_KEYS: dict[int, tuple[weakref.ref[HardwareSpec], str]] = {}
+
+
+def content_key(spec: HardwareSpec) -> str:
+    """A key equal for specs of equal content and different otherwise (the spec as JSON),
+    for caches of values derived from a spec: specs are frozen, so two equal specs give
+    equal derived values whatever object they are."""
+    entry = _KEYS.get(id(spec))
+    if entry is not None and entry[0]() is spec:
+        return entry[1]
+    key = spec.model_dump_json()
+    ident = id(spec)
+    _KEYS[ident] = (weakref.ref(spec, lambda _ref: _KEYS.pop(ident, None)), key)
+    return key

@@ -260,7 +260,8 @@ def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_pr
     c, t = _arr(cached_prefix, "cached_prefix", 0.0), _arr(tp, "tp")
     heads, kv = tp_heads(cfg, t)
     common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
-              "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl}
+              "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
+              "phase": "prefill"}
     attn: list[GraphOp] = []
     if cfg.num_full_layers:
         attn.append(_attn("attention", float(cfg.num_full_layers), seq_q=p, seq_kv=c + p,
@@ -290,7 +291,7 @@ def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any =
     heads, kv = tp_heads(cfg, t)
     common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
               "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
-              "seq_q": 1.0, "causal": True}
+              "seq_q": 1.0, "causal": True, "phase": "decode"}
     attn: list[GraphOp] = []
     if cfg.num_full_layers:
         attn.append(_attn("attention", float(cfg.num_full_layers), seq_kv=ctx, **common))

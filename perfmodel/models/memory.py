@@ -25,6 +25,7 @@ import numpy as np
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import Dtypes, tp_heads
+from perfmodel.ops.attention import kv_bytes
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
 
@@ -70,16 +71,22 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
 
 def kv_bytes_per_token(cfg: TransformerConfig, tp: Any = 1, kv_dtype: str = "bf16") -> Array:
     """KV cache bytes per token of context in full-attention layers, per GPU:
-    2·layers·kv_heads·D·s_kv (kv_heads per GPU under TP)."""
+    layers·kv_heads·(D + D_v)·s_kv with D_v = D (kv_heads per GPU under TP; the K/V bytes
+    of :func:`perfmodel.ops.attention.kv_bytes`)."""
+    return cfg.num_full_layers * _kv_per_layer_token(cfg, tp, kv_dtype)
+
+
+def _kv_per_layer_token(cfg: TransformerConfig, tp: Any, kv_dtype: str) -> Array:
     _, kv_t = tp_heads(cfg, np.asarray(tp, dtype=np.float64))
-    return 2.0 * cfg.num_full_layers * kv_t * cfg.head_dim * bytes_per_element(kv_dtype)
+    d = float(cfg.head_dim)
+    return np.asarray(kv_bytes(1.0, kv_t, 1.0, d, d, bytes_per_element(kv_dtype)),
+                      dtype=np.float64)
 
 
 def kv_cache_bytes(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,
                    kv_dtype: str = "bf16") -> Array:
     """KV cache of ``batch`` sequences of ``context_len`` tokens, bytes per GPU."""
-    _, kv_t = tp_heads(cfg, np.asarray(tp, dtype=np.float64))
-    per_layer_token = 2.0 * kv_t * cfg.head_dim * bytes_per_element(kv_dtype)
+    per_layer_token = _kv_per_layer_token(cfg, tp, kv_dtype)
     ctx = np.asarray(context_len, dtype=np.float64)
     window = float(cfg.sliding_window or 0)
     tokens = cfg.num_full_layers * ctx + cfg.num_sliding_layers * np.minimum(ctx, window)

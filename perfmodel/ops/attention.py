@@ -12,12 +12,14 @@ from typing import Any, Literal
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._xp import VECTOR, Ops
 from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
 from perfmodel.ops.elementwise import Elementwise, Softmax
 from perfmodel.ops.gemm import Gemm
 
-__all__ = ["IMPLS", "Attention", "causal_pairs"]
+__all__ = ["IMPLS", "Attention", "causal_pairs", "computed_pairs", "flash_bytes", "kv_bytes",
+           "o_bytes", "pairs", "q_bytes"]
 
 Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2", "xqa",
                "trtllm-gen", "flashinfer", "triton"]
@@ -37,7 +39,7 @@ _IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4", "math": "nai
                  "trtllm_gen": "trtllm-gen", "trtllm-mha": "trtllm-gen", "mmha": "xqa"}
 
 
-def causal_pairs(seq_q: Array, seq_kv: Array) -> Array:
+def causal_pairs(seq_q: Any, seq_kv: Any, ops: Ops = VECTOR) -> Any:
     """Scored (query, key) pairs per head under a bottom-right-aligned causal mask.
 
     Query i (0-based, of S_q) sees keys j ≤ i + (S_kv − S_q). For S_kv ≥ S_q this is
@@ -46,7 +48,68 @@ def causal_pairs(seq_q: Array, seq_kv: Array) -> Array:
     """
     off = seq_kv - seq_q
     full = seq_q * off + seq_q * (seq_q + 1.0) / 2.0
-    return np.asarray(np.where(off >= 0, full, seq_kv * (seq_kv + 1.0) / 2.0), dtype=np.float64)
+    out = ops.where(off >= 0, full, seq_kv * (seq_kv + 1.0) / 2.0)
+    return np.asarray(out, dtype=np.float64) if ops is VECTOR else out
+
+
+def pairs(seq_q: Any, seq_kv: Any, causal: bool, ops: Ops = VECTOR) -> Any:
+    """Scored pairs per (batch, query head): S_q·S_kv, or :func:`causal_pairs`."""
+    if causal:
+        return causal_pairs(seq_q, seq_kv, ops)
+    return seq_q * seq_kv
+
+
+def computed_pairs(seq_q: Any, seq_kv: Any, causal: bool, q_tile: Any, k_tile: Any,
+                   ops: Ops = VECTOR) -> Any:
+    """Pairs a tiled fused kernel actually computes per head: with a causal mask the
+    diagonal blocks are computed whole, adding about ⌈S_q/q_tile⌉·q_tile·k_tile/2
+    (bounded by the full rectangle)."""
+    if not causal:
+        return seq_q * seq_kv
+    q_tiles = ops.ceil(seq_q / q_tile)
+    waste = q_tiles * ops.minimum(q_tile, seq_q) * ops.minimum(k_tile, seq_kv) / 2.0
+    return ops.minimum(causal_pairs(seq_q, seq_kv, ops) + waste, seq_q * seq_kv)
+
+
+def q_bytes(batch: Any, heads: Any, seq_q: Any, head_dim: Any, s: float) -> Any:
+    """Q read once: B·H_q·S_q·D·s bytes."""
+    return batch * heads * seq_q * head_dim * s
+
+
+def o_bytes(batch: Any, heads: Any, seq_q: Any, value_dim: Any, s: float) -> Any:
+    """O written once: B·H_q·S_q·D_v·s bytes."""
+    return batch * heads * seq_q * value_dim * s
+
+
+def kv_bytes(batch: Any, kv_heads: Any, seq_kv: Any, head_dim: Any, value_dim: Any,
+             s_kv: float) -> Any:
+    """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes (the KV cache in decode; per
+    token and layer of a cache, B = S_kv = 1)."""
+    return batch * kv_heads * seq_kv * (head_dim + value_dim) * s_kv
+
+
+def flash_bytes(batch: Any, heads: Any, kv_heads: Any, seq_q: Any, seq_kv: Any,
+                head_dim: Any, value_dim: Any, causal: bool, s: float, s_kv: float,
+                q_tile: Any, heads_in_flight: Any, cache_bytes: float,
+                ops: Ops = VECTOR) -> Any:
+    """Device-memory traffic of a fused (flash) kernel, bytes.
+
+    Q read once and O written once. Each query tile streams the K/V rows it may see;
+    tiles of the same KV head running together share them through L2. If the K/V of the
+    ``heads_in_flight`` heads resident at once fit in ``cache_bytes``, K/V come from HBM
+    once; otherwise the missing fraction is re-read by each of the ⌈S_q/q_tile⌉ query
+    tiles (causal: on average half of the visible keys). The S_q×S_kv score matrix never
+    reaches HBM.
+    """
+    kv = kv_bytes(batch, kv_heads, seq_kv, head_dim, value_dim, s_kv)
+    q_tiles = ops.ceil(seq_q / q_tile)
+    per_head = kv / (batch * kv_heads)
+    working = per_head * ops.maximum(heads_in_flight, 1.0)
+    miss = ops.clip((working - cache_bytes) / working, 0.0, 1.0)
+    visible = pairs(seq_q, seq_kv, causal, ops) / (seq_q * seq_kv)
+    rereads = 1.0 + miss * (q_tiles - 1.0) * visible
+    return (q_bytes(batch, heads, seq_q, head_dim, s)
+            + o_bytes(batch, heads, seq_q, value_dim, s) + kv * rereads)
 
 
 @dataclass(frozen=True, init=False)
@@ -80,12 +143,15 @@ class Attention:
     fixed count."""
     kv_write: bool
     rope: bool
+    phase: Literal["auto", "prefill", "decode"]
+    """The kind of engine call (its bookkeeping differs): ``prefill`` (context) or
+    ``decode`` (generation); ``auto``: decode where seq_q = 1, else prefill."""
 
     def __init__(self, batch: Any = 1, heads: Any = 32, kv_heads: Any = None, seq_q: Any = 2048,
                  seq_kv: Any = None, head_dim: Any = 128, value_dim: Any = None,
                  causal: bool = False, dtype: str = "bf16", kv_dtype: str | None = None,
                  impl: str = "flash", num_splits: int | str = "auto", kv_write: bool = False,
-                 rope: bool = False) -> None:
+                 rope: bool = False, phase: str = "auto") -> None:
         set_ = object.__setattr__
         set_(self, "batch", as_size(batch, "batch"))
         set_(self, "heads", as_size(heads, "heads"))
@@ -116,6 +182,10 @@ class Attention:
         set_(self, "num_splits", num_splits)
         set_(self, "kv_write", bool(kv_write))
         set_(self, "rope", bool(rope))
+        if phase not in ("auto", "prefill", "decode"):
+            raise PerfmodelError("phase", f"unknown phase {phase!r}",
+                                 "use 'auto', 'prefill' or 'decode'")
+        set_(self, "phase", phase)
         broadcast_fields(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads,
                          seq_q=self.seq_q, seq_kv=self.seq_kv, head_dim=self.head_dim,
                          value_dim=self.value_dim)
@@ -132,10 +202,8 @@ class Attention:
 
     # ------------------------------------------------------------------ counts
     def pairs(self) -> Array:
-        """Scored pairs per (batch, query head)."""
-        if self.causal:
-            return causal_pairs(self.seq_q, self.seq_kv)
-        return np.asarray(self.seq_q * self.seq_kv, dtype=np.float64)
+        """Scored pairs per (batch, query head) (:func:`pairs`)."""
+        return np.asarray(pairs(self.seq_q, self.seq_kv, self.causal), dtype=np.float64)
 
     def flops(self) -> Array:
         """2·B·H_q·pairs·(D + D_v), FLOPs (the useful work; exact causal pairs)."""
@@ -146,16 +214,20 @@ class Attention:
         return self.batch * self.heads * self.pairs()
 
     def q_bytes(self) -> Array:
-        return self.batch * self.heads * self.seq_q * self.head_dim * bytes_per_element(self.dtype)
+        """Q read once, bytes (:func:`q_bytes`)."""
+        return np.asarray(q_bytes(self.batch, self.heads, self.seq_q, self.head_dim,
+                                  bytes_per_element(self.dtype)), dtype=np.float64)
 
     def o_bytes(self) -> Array:
-        return (self.batch * self.heads * self.seq_q * self.value_dim
-                * bytes_per_element(self.dtype))
+        """O written once, bytes (:func:`o_bytes`)."""
+        return np.asarray(o_bytes(self.batch, self.heads, self.seq_q, self.value_dim,
+                                  bytes_per_element(self.dtype)), dtype=np.float64)
 
     def kv_bytes(self) -> Array:
-        """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes (the KV cache in decode)."""
-        return (self.batch * self.kv_heads * self.seq_kv * (self.head_dim + self.value_dim)
-                * bytes_per_element(self.kv_dtype))
+        """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes (:func:`kv_bytes`)."""
+        return np.asarray(kv_bytes(self.batch, self.kv_heads, self.seq_kv, self.head_dim,
+                                   self.value_dim, bytes_per_element(self.kv_dtype)),
+                          dtype=np.float64)
 
     def bytes_min(self) -> Array:
         """Q and K/V read once, O written once, bytes (every key is visible to the last
@@ -163,34 +235,18 @@ class Attention:
         return self.q_bytes() + self.kv_bytes() + self.o_bytes()
 
     def computed_pairs(self, q_tile: float | Array, k_tile: float | Array) -> Array:
-        """Pairs a tiled fused kernel actually computes per head: with a causal mask the
-        diagonal blocks are computed whole, adding about ⌈S_q/q_tile⌉·q_tile·k_tile/2
-        (bounded by the full rectangle)."""
-        if not self.causal:
-            return self.pairs()
-        q_tiles = np.ceil(self.seq_q / q_tile)
-        waste = q_tiles * np.minimum(q_tile, self.seq_q) * np.minimum(k_tile, self.seq_kv) / 2.0
-        return np.minimum(self.pairs() + waste, self.seq_q * self.seq_kv)
+        """Pairs a tiled fused kernel computes per head (:func:`computed_pairs`)."""
+        return np.asarray(computed_pairs(self.seq_q, self.seq_kv, self.causal, q_tile,
+                                         k_tile), dtype=np.float64)
 
     def flash_bytes(self, q_tile: float | Array, heads_in_flight: float | Array,
                     cache_bytes: float) -> Array:
-        """Device-memory traffic of a fused (flash) kernel, bytes.
-
-        Q read once and O written once. Each query tile streams the K/V rows it may see;
-        tiles of the same KV head running together share them through L2. If the K/V of the
-        ``heads_in_flight`` heads resident at once fit in ``cache_bytes``, K/V come from
-        HBM once; otherwise the missing fraction is re-read by each of the ⌈S_q/q_tile⌉
-        query tiles (causal: on average half of the visible keys).
-        The S_q×S_kv score matrix never reaches HBM.
-        """
-        kv = self.kv_bytes()
-        q_tiles = np.ceil(self.seq_q / q_tile)
-        per_head = kv / (self.batch * self.kv_heads)
-        working = per_head * np.maximum(heads_in_flight, 1.0)
-        miss = np.clip((working - cache_bytes) / working, 0.0, 1.0)
-        visible = self.pairs() / (self.seq_q * self.seq_kv)
-        rereads = 1.0 + miss * (q_tiles - 1.0) * visible
-        return np.asarray(self.q_bytes() + self.o_bytes() + kv * rereads, dtype=np.float64)
+        """Device-memory traffic of a fused (flash) kernel, bytes (:func:`flash_bytes`)."""
+        return np.asarray(flash_bytes(
+            self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_kv, self.head_dim,
+            self.value_dim, self.causal, bytes_per_element(self.dtype),
+            bytes_per_element(self.kv_dtype), q_tile, heads_in_flight, cache_bytes),
+            dtype=np.float64)
 
     def cost(self) -> Cost:
         """Hardware-free cost of the fused path with minimum traffic (see ``naive_stages``

@@ -7,30 +7,48 @@ docstring; ``tokens`` (rows) and widths accept numpy arrays and broadcast.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._xp import VECTOR, Ops
 from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
 
-__all__ = ["Activation", "Elementwise", "Embedding", "Norm", "Rotary", "Softmax"]
+__all__ = ["Activation", "Elementwise", "Embedding", "Norm", "Rotary", "Softmax", "StreamTerms",
+           "stream_terms"]
 
 #: Elements handled by one CTA of a streaming kernel (for the work-unit count).
 _ELEMS_PER_CTA = 4096.0
 
 
-def _stream_cost(numel: Array, read_elems: Array, write_elems: Array, s: float,
-                 vector_flops: Array, sfu_ops: Array, extra_bytes: Array | float = 0.0) -> Cost:
-    bytes_ = (read_elems + write_elems) * s + extra_bytes
+class StreamTerms(NamedTuple):
+    """What a streaming kernel does, as plain floats (one shape) or arrays (many)."""
+
+    vector_flops: Any
+    sfu_ops: Any
+    bytes: Any
+    """Device-memory traffic: every input read once, every output written once."""
+    work_units: Any
+    """CTAs: ⌈elements / 4096⌉."""
+
+
+def stream_terms(numel: Any, read_elems: Any, write_elems: Any, s: float, vector_flops: Any,
+                 sfu_ops: Any, extra_bytes: Any = 0.0, ops: Ops = VECTOR) -> StreamTerms:
+    """bytes = (read + written elements)·s + extra bytes; one CTA per 4096 elements."""
+    return StreamTerms(vector_flops, sfu_ops, (read_elems + write_elems) * s + extra_bytes,
+                       ops.ceil(numel / _ELEMS_PER_CTA))
+
+
+def _stream_cost(t: StreamTerms) -> Cost:
     return Cost(
-        vector_flops=np.asarray(vector_flops, dtype=np.float64),
-        sfu_ops=np.asarray(sfu_ops, dtype=np.float64),
-        bytes_min=np.asarray(bytes_, dtype=np.float64),
-        bytes_hbm=np.asarray(bytes_, dtype=np.float64),
+        vector_flops=np.asarray(t.vector_flops, dtype=np.float64),
+        sfu_ops=np.asarray(t.sfu_ops, dtype=np.float64),
+        bytes_min=np.asarray(t.bytes, dtype=np.float64),
+        bytes_hbm=np.asarray(t.bytes, dtype=np.float64),
         launches=np.ones(()),
-        work_units=np.ceil(numel / _ELEMS_PER_CTA),
+        work_units=np.asarray(t.work_units, dtype=np.float64),
     )
 
 
@@ -80,10 +98,15 @@ class Elementwise:
     def shape(self) -> tuple[int, ...]:
         return tuple(self.numel.shape)
 
+    def terms(self, numel: Any, reads: Any, writes: Any, ops: Ops = VECTOR) -> StreamTerms:
+        """(reads + writes)·numel·s bytes; per element ``flops_per_element`` vector FLOPs
+        and ``sfu_per_element`` special-function operations."""
+        n = numel
+        return stream_terms(n, reads * n, writes * n, bytes_per_element(self.dtype),
+                            self.flops_per_element * n, self.sfu_per_element * n, ops=ops)
+
     def cost(self) -> Cost:
-        n = self.numel
-        return _stream_cost(n, self.reads * n, self.writes * n, bytes_per_element(self.dtype),
-                            self.flops_per_element * n, self.sfu_per_element * n)
+        return _stream_cost(self.terms(self.numel, self.reads, self.writes))
 
 
 @dataclass(frozen=True, init=False)
@@ -118,13 +141,17 @@ class Norm:
     def shape(self) -> tuple[int, ...]:
         return broadcast_fields(tokens=self.tokens, hidden=self.hidden)
 
-    def cost(self) -> Cost:
-        numel = self.tokens * self.hidden
+    def terms(self, tokens: Any, hidden: Any, ops: Ops = VECTOR) -> StreamTerms:
+        """The formula of the class doc for these sizes (floats or arrays)."""
+        numel = tokens * hidden
         params = 1.0 if self.kind == "rms" else 2.0
         per = 4.0 if self.kind == "rms" else 7.0
         s = bytes_per_element(self.dtype)
-        return _stream_cost(numel, numel, numel, s, per * numel, self.tokens,
-                            extra_bytes=params * self.hidden * s)
+        return stream_terms(numel, numel, numel, s, per * numel, tokens,
+                            extra_bytes=params * hidden * s, ops=ops)
+
+    def cost(self) -> Cost:
+        return _stream_cost(self.terms(self.tokens, self.hidden))
 
 
 @dataclass(frozen=True, init=False)
@@ -162,14 +189,19 @@ class Activation:
     def shape(self) -> tuple[int, ...]:
         return broadcast_fields(tokens=self.tokens, width=self.width)
 
-    def cost(self) -> Cost:
-        numel = self.tokens * self.width
+    def terms(self, tokens: Any, width: Any, ops: Ops = VECTOR) -> StreamTerms:
+        """The formula of the class doc for these sizes (floats or arrays)."""
+        numel = tokens * width
         gated = self.kind.endswith("_mul")
         base = {"silu": 4.0, "gelu": 8.0, "relu": 1.0}[self.kind.removesuffix("_mul")]
         flops = (base + (1.0 if gated else 0.0)) * numel
         sfu = 0.0 * numel if self.kind == "relu" else numel
         reads = (2.0 if gated else 1.0) * numel
-        return _stream_cost(numel, reads, numel, bytes_per_element(self.dtype), flops, sfu)
+        return stream_terms(numel, reads, numel, bytes_per_element(self.dtype), flops, sfu,
+                            ops=ops)
+
+    def cost(self) -> Cost:
+        return _stream_cost(self.terms(self.tokens, self.width))
 
 
 @dataclass(frozen=True, init=False)
@@ -206,11 +238,17 @@ class Rotary:
         return broadcast_fields(tokens=self.tokens, heads=self.heads, kv_heads=self.kv_heads,
                                 head_dim=self.head_dim)
 
-    def cost(self) -> Cost:
-        numel = self.tokens * (self.heads + self.kv_heads) * self.head_dim
+    def terms(self, tokens: Any, heads: Any, kv_heads: Any, head_dim: Any,
+              ops: Ops = VECTOR) -> StreamTerms:
+        """The formula of the class doc for these sizes (floats or arrays)."""
+        numel = tokens * (heads + kv_heads) * head_dim
         s = bytes_per_element(self.dtype)
-        table = self.tokens * self.head_dim * s
-        return _stream_cost(numel, numel, numel, s, 3.0 * numel, 0.0 * numel, extra_bytes=table)
+        table = tokens * head_dim * s
+        return stream_terms(numel, numel, numel, s, 3.0 * numel, 0.0 * numel,
+                            extra_bytes=table, ops=ops)
+
+    def cost(self) -> Cost:
+        return _stream_cost(self.terms(self.tokens, self.heads, self.kv_heads, self.head_dim))
 
 
 @dataclass(frozen=True, init=False)
@@ -239,9 +277,14 @@ class Softmax:
     def shape(self) -> tuple[int, ...]:
         return broadcast_fields(rows=self.rows, cols=self.cols)
 
+    def terms(self, rows: Any, cols: Any, ops: Ops = VECTOR) -> StreamTerms:
+        """The formula of the class doc for these sizes (floats or arrays)."""
+        numel = rows * cols
+        return stream_terms(numel, numel, numel, bytes_per_element(self.dtype), 4.0 * numel,
+                            numel, ops=ops)
+
     def cost(self) -> Cost:
-        numel = self.rows * self.cols
-        return _stream_cost(numel, numel, numel, bytes_per_element(self.dtype), 4.0 * numel, numel)
+        return _stream_cost(self.terms(self.rows, self.cols))
 
 
 @dataclass(frozen=True, init=False)
@@ -272,7 +315,12 @@ class Embedding:
     def shape(self) -> tuple[int, ...]:
         return broadcast_fields(tokens=self.tokens, hidden=self.hidden, vocab=self.vocab)
 
+    def terms(self, tokens: Any, hidden: Any, vocab: Any, ops: Ops = VECTOR) -> StreamTerms:
+        """The formula of the class doc for these sizes (floats or arrays; the table size
+        does not enter)."""
+        numel = tokens * hidden
+        return stream_terms(numel, numel, numel, bytes_per_element(self.dtype), 0.0 * numel,
+                            0.0 * numel, extra_bytes=8.0 * tokens, ops=ops)
+
     def cost(self) -> Cost:
-        numel = self.tokens * self.hidden
-        return _stream_cost(numel, numel, numel, bytes_per_element(self.dtype), 0.0 * numel,
-                            0.0 * numel, extra_bytes=8.0 * self.tokens)
+        return _stream_cost(self.terms(self.tokens, self.hidden, self.vocab))

@@ -17,7 +17,8 @@ from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
 from perfmodel.ops.elementwise import Elementwise
 
-__all__ = ["GEMM_IMPLS", "QUANT_SCHEMES", "SCALE_BLOCK", "Gemm"]
+__all__ = ["GEMM_IMPLS", "QUANT_SCHEMES", "SCALE_BLOCK", "Gemm", "operand_bytes", "tile_count",
+           "tiled_traffic"]
 
 #: Quantization schemes of the inputs: ``none``; fp8 with one scale per tensor, per channel
 #: (weight rows; activations per token), or per block (activations 1×128, weights 128×128,
@@ -46,6 +47,61 @@ def _scheme(quant: str, dtype: DType) -> str:
         raise PerfmodelError("quant", f"{key} scales apply to fp8/int8 inputs, not {dtype}",
                              "pass dtype='fp8', or quant='none'")
     return key
+
+
+def operand_bytes(m: Any, n: Any, k: Any, b: Any, s_a: float, s_b: float, s_out: float,
+                  shared_b: bool, bias: bool, quant: str = "none",
+                  ops: Ops = VECTOR) -> tuple[Any, Any, Any]:
+    """(A, B, C) bytes of C[b,m,n] = A[b,m,k]·B[b_B,k,n], each read (written) once:
+    A = s_a·b·m·k (+ its scales), B = s_b·b_B·k·n (+ its scales; b_B = 1 if ``shared_b``),
+    C = s_out·b·m·n (+ s_out·n for a bias). Scales by ``quant``: per-channel 4 bytes per
+    row of A and column of B; block 4 bytes per 1×128 block of A and 128×128 block of B;
+    nvfp4 one byte per 16 elements. One formula for the scalar (``ops=SCALAR``) and array
+    paths; s_a ≠ s_b for weight-only quantization (weights stored narrower than the
+    activations)."""
+    b_mats = 1.0 if shared_b else b
+    a = s_a * b * m * k
+    w = s_b * b_mats * k * n
+    if quant == "per-channel":
+        a = a + 4.0 * b * m
+        w = w + 4.0 * b_mats * n
+    elif quant == "block":
+        a = a + 4.0 * b * m * ops.ceil(k / SCALE_BLOCK)
+        w = w + 4.0 * b_mats * ops.ceil(n / SCALE_BLOCK) * ops.ceil(k / SCALE_BLOCK)
+    elif quant == "nvfp4":
+        a = a + b * m * k / _NVFP4_GROUP
+        w = w + b_mats * k * n / _NVFP4_GROUP
+    c = s_out * b * m * n
+    if bias:
+        c = c + s_out * n
+    return a, w, c
+
+
+def tile_count(m: Any, n: Any, b: Any, tile_m: Any, tile_n: Any, split_k: Any = 1.0,
+               ops: Ops = VECTOR) -> Any:
+    """Output tiles (CTAs) of a tiled GEMM: (b·split_k)·⌈m/t_m⌉·⌈n/t_n⌉."""
+    return (b * split_k) * ops.ceil(m / tile_m) * ops.ceil(n / tile_n)
+
+
+def tiled_traffic(a: Any, w: Any, c: Any, fits: Any, m: Any, n: Any, tile_m: Any,
+                  tile_n: Any, concurrent_tiles: Any, ops: Ops = VECTOR) -> Any:
+    """Device-memory traffic of a tiled kernel with L2 reuse inside a wave, bytes.
+
+    Tiles of one wave (``concurrent_tiles`` of them, rasterised as a near-square block of
+    g_m × g_n tiles, g_m = round(√concurrent)) share A and B panels through L2. A is then
+    re-read once per column band of g_n·t_n, B once per row band of g_m·t_m:
+    traffic = A·⌈⌈n/t_n⌉/g_n⌉ + B·⌈⌈m/t_m⌉/g_m⌉ + C, with (A, B, C) from
+    :func:`operand_bytes`. If one batch entry's A and B fit in the L2 together (``fits``),
+    each is read once. Never below A + B + C.
+    """
+    tiles_m = ops.ceil(m / tile_m)
+    tiles_n = ops.ceil(n / tile_n)
+    conc = ops.maximum(concurrent_tiles, 1.0)
+    g_m = ops.clip(ops.round(ops.sqrt(conc)), 1.0, tiles_m)
+    g_n = ops.clip(ops.floor(conc / g_m), 1.0, tiles_n)
+    a_reads = ops.where(fits, 1.0, ops.ceil(tiles_n / g_n))
+    b_reads = ops.where(fits, 1.0, ops.ceil(tiles_m / g_m))
+    return a * a_reads + w * b_reads + c
 
 
 @dataclass(frozen=True, init=False)
@@ -132,27 +188,11 @@ class Gemm:
     # ------------------------------------------------------------------ traffic
     def operand_bytes(self, m: Any, n: Any, k: Any, b: Any,
                       ops: Ops = VECTOR) -> tuple[Any, Any, Any]:
-        """(A, B, C) bytes for the given shape values: A = s_in·b·m·k (+ its scales),
-        B = s_in·b_B·k·n (+ its scales; b_B = 1 if shared_b), C = s_out·b·m·n (+ s_out·n
-        for a bias). One formula for the scalar (``ops=SCALAR``) and array paths."""
+        """(A, B, C) bytes of this GEMM's dtypes and options for the given shape values
+        (:func:`operand_bytes`)."""
         s_in = bytes_per_element(self.dtype)
-        s_out = bytes_per_element(self.out_dtype)
-        b_mats = 1.0 if self.shared_b else b
-        a = s_in * b * m * k
-        w = s_in * b_mats * k * n
-        if self.quant == "per-channel":
-            a = a + 4.0 * b * m
-            w = w + 4.0 * b_mats * n
-        elif self.quant == "block":
-            a = a + 4.0 * b * m * ops.ceil(k / SCALE_BLOCK)
-            w = w + 4.0 * b_mats * ops.ceil(n / SCALE_BLOCK) * ops.ceil(k / SCALE_BLOCK)
-        elif self.quant == "nvfp4":
-            a = a + b * m * k / _NVFP4_GROUP
-            w = w + b_mats * k * n / _NVFP4_GROUP
-        c = s_out * b * m * n
-        if self.bias:
-            c = c + s_out * n
-        return a, w, c
+        return operand_bytes(m, n, k, b, s_in, s_in, bytes_per_element(self.out_dtype),
+                             self.shared_b, self.bias, self.quant, ops)
 
     def scale_bytes(self) -> Array:
         """Bytes of the scale factors read with A and B, by scheme: per-channel 4·(m + n);
@@ -171,31 +211,19 @@ class Gemm:
 
     def tiles(self, tile_m: float | Array, tile_n: float | Array,
               split_k: float | Array = 1.0) -> Array:
-        """Output tiles (CTAs): b·⌈m/t_m⌉·⌈n/t_n⌉·split_k."""
-        return self.batch * np.ceil(self.m / tile_m) * np.ceil(self.n / tile_n) * split_k
+        """Output tiles (CTAs): b·split_k·⌈m/t_m⌉·⌈n/t_n⌉ (:func:`tile_count`)."""
+        return np.asarray(tile_count(self.m, self.n, self.batch, tile_m, tile_n, split_k),
+                          dtype=np.float64)
 
     def tiled_traffic(self, m: Any, n: Any, k: Any, b: Any, tile_m: Any, tile_n: Any,
                       concurrent_tiles: Any, cache_bytes: float,
                       ops: Ops = VECTOR) -> Any:
-        """Device-memory traffic of a tiled kernel with L2 reuse inside a wave, bytes.
-
-        Tiles of one wave (``concurrent_tiles`` of them, rasterised as a near-square block
-        of g_m × g_n tiles, g_m = round(√concurrent)) share A and B panels through L2. A is
-        then re-read once per column band of g_n·t_n, B once per row band of g_m·t_m:
-        traffic = A·⌈⌈n/t_n⌉/g_n⌉ + B·⌈⌈m/t_m⌉/g_m⌉ + C (:meth:`operand_bytes`). If one
-        batch entry's A and B fit in ``cache_bytes`` together, each is read once.
-        """
+        """Device-memory traffic of a tiled kernel with L2 reuse inside a wave, bytes
+        (:func:`tiled_traffic`)."""
         a, w, c = self.operand_bytes(m, n, k, b, ops)
         b_mats = 1.0 if self.shared_b else b
-        tiles_m = ops.ceil(m / tile_m)
-        tiles_n = ops.ceil(n / tile_n)
-        conc = ops.maximum(concurrent_tiles, 1.0)
-        g_m = ops.clip(ops.round(ops.sqrt(conc)), 1.0, tiles_m)
-        g_n = ops.clip(ops.floor(conc / g_m), 1.0, tiles_n)
         fits = (a / b + w / b_mats) <= cache_bytes
-        a_reads = ops.where(fits, 1.0, ops.ceil(tiles_n / g_n))
-        b_reads = ops.where(fits, 1.0, ops.ceil(tiles_m / g_m))
-        return a * a_reads + w * b_reads + c
+        return tiled_traffic(a, w, c, fits, m, n, tile_m, tile_n, concurrent_tiles, ops)
 
     def bytes_tiled(self, tile_m: float | Array, tile_n: float | Array,
                     concurrent_tiles: float | Array, cache_bytes: float) -> Array:

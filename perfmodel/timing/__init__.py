@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import Attention
@@ -22,6 +23,7 @@ from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Embedding, Norm, Rotary, Softmax
 from perfmodel.ops.gemm import Gemm
+from perfmodel.ops.registry import op_class
 from perfmodel.timing.attention import time_flash
 from perfmodel.timing.comm import predict_allreduce
 from perfmodel.timing.constants import Constants, bundled_constants
@@ -34,7 +36,7 @@ from perfmodel.timing.knobs import Knobs, knobs_for
 from perfmodel.timing.prediction import Prediction, as_value, make_prediction
 from perfmodel.timing.residual import apply_residual
 
-__all__ = ["Constants", "Prediction", "RunContext", "predict"]
+__all__ = ["Constants", "Prediction", "RunContext", "predict", "register_timer", "timer_for"]
 
 StreamOp = Elementwise | Norm | Activation | Rotary | Softmax | Embedding
 Op = Gemm | Attention | StreamOp | AllReduce
@@ -75,10 +77,7 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
     if spec.calibration is not None and spec.calibration.constants:
         consts = _calibrated(consts, spec.calibration.constants)
     floor = extra_overhead_s + ctx.floor_s
-    timer = _TIMERS.get(type(op))
-    if timer is None:
-        raise PerfmodelError("op", f"cannot predict {type(op).__name__}",
-                             "pass a perfmodel op such as Gemm or Attention")
+    timer = timer_for(op)
     host = ctx.host_s if ctx.host_s is not None else (
         eager_host_s(ctx.engine, consts, spec.arch, str(getattr(op, "impl", "")))
         if ctx.launch == "eager" else 0.0)
@@ -89,19 +88,21 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
     return apply_residual(p, spec, floor, causal=bool(getattr(op, "causal", False)), op=op)
 
 
-_MERGED: dict[tuple[int, int], tuple[Constants, dict[str, float], Constants]] = {}
+#: Merged constants by (bundled table, calibrated values): keyed by value (a table hashes
+#: its fitted values), so an equal profile loaded twice shares one entry; bounded.
+_MERGED: dict[tuple[Constants, tuple[tuple[str, float], ...]], Constants] = {}
 
 
 def _calibrated(base: Constants, values: dict[str, float]) -> Constants:
-    """``base`` with a calibrated profile's fitted model constants (memoised per pair)."""
-    key = (id(base), id(values))
+    """``base`` with a calibrated profile's fitted model constants (memoised by value)."""
+    key = (base, tuple(sorted(values.items())))
     hit = _MERGED.get(key)
-    if hit is not None and hit[0] is base and hit[1] is values:
-        return hit[2]
+    if hit is not None:
+        return hit
     merged = base.with_values(values, "calibrated profile")
     if len(_MERGED) > 256:
         _MERGED.clear()
-    _MERGED[key] = (base, values, merged)
+    _MERGED[key] = merged
     return merged
 
 
@@ -179,7 +180,7 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
     main = make_prediction(
         op="gemm", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
         memory_s=t["memory_s"], overhead_s=t["overhead_s"], latency_s=t["latency_s"],
-        flops=op.flops(), bytes_=t["bytes"], bytes_min=op.bytes_min(), peak=k.peak,
+        flops=t["flops"], bytes_=t["bytes"], bytes_min=t["bytes_min"], peak=k.peak,
         bandwidth=k.bandwidth, ridge_point=_ridge(k),
         details={"tile_m": t["tile_m"], "tile_n": t["tile_n"], "split_k": t["split_k"],
                  "waves": t["waves"], "kernels": t["launches"], "unit": k.unit,
@@ -197,7 +198,7 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
         stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
     if len(stages) == 1:
         return main
-    return _combine("gemm", spec, op.dtype, main, stages, op.bytes_min())
+    return _combine("gemm", spec, op.dtype, main, stages, main.bytes_min)
 
 
 def _predict_attention(op: Attention, spec: HardwareSpec, ctx: RunContext,
@@ -225,8 +226,8 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
     main = make_prediction(
         op="attention", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
         memory_s=t["memory_s"], overhead_s=t["overhead_s"],
-        latency_s=t["latency_s"], flops=op.flops(), bytes_=t["bytes"],
-        bytes_min=op.bytes_min(), peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
+        latency_s=t["latency_s"], flops=t["useful_flops"], bytes_=t["bytes"],
+        bytes_min=t["bytes_min"], peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
         details={"impl": t["impl"], "q_tile": t["q_tile"], "splits": t["splits"],
                  "ctas": t["ctas"], "kernels": t["launches"]},
     )
@@ -236,15 +237,24 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
         stages.append(("rope_kv_write" if op.rope else "kv_write",
                        _predict_stream(pro, spec, ctx, consts)))
     stages.append(("attention", main))
-    phase = "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill"
-    kind = f"attention-{phase}" + ("-fp8" if op.dtype == "fp8" else "")
-    engine = _engine_time(ctx, kind, spec, str(main.details["impl"]),
-                          op.batch * op.seq_q, consts)
+    # the engine call's kind: the op's phase, or (auto) each row's own: decode where it has
+    # one query token; an fp8 call is a kind of its own (it quantizes the query first)
+    impl, rows = str(main.details["impl"]), op.batch * op.seq_q
+    fp8 = "-fp8" if op.dtype == "fp8" else ""
+    engine = None
+    if op.phase != "auto":
+        engine = _engine_time(ctx, f"attention-{op.phase}{fp8}", spec, impl, rows, consts)
+    else:
+        decode = _engine_time(ctx, f"attention-decode{fp8}", spec, impl, rows, consts)
+        prefill = _engine_time(ctx, f"attention-prefill{fp8}", spec, impl, rows, consts)
+        if decode is not None or prefill is not None:
+            engine = np.where(np.asarray(op.seq_q) == 1, 0.0 if decode is None else decode,
+                              0.0 if prefill is None else prefill)
     if engine is not None:
         stages.append(("engine", _fixed(spec, op.dtype, engine, main)))
     if len(stages) == 1:
         return main
-    return _combine("attention", spec, op.dtype, main, stages, op.bytes_min())
+    return _combine("attention", spec, op.dtype, main, stages, main.bytes_min)
 
 
 def _sum_stages(stages: list[tuple[str, Prediction]], field: str) -> Array:
@@ -254,7 +264,7 @@ def _sum_stages(stages: list[tuple[str, Prediction]], field: str) -> Array:
 def _predict_naive(op: Attention, spec: HardwareSpec, ctx: RunContext,
                    consts: Constants) -> Prediction:
     _check_dtype(spec, op.dtype)
-    stages = [(name, _TIMERS[type(stage)](stage, spec, ctx, consts))
+    stages = [(name, timer_for(stage)(stage, spec, ctx, consts))
               for name, stage in op.naive_stages()]
     k = knobs_for(spec, "attention", op.dtype)
     return make_prediction(
@@ -274,25 +284,52 @@ def _predict_stream(op: StreamOp, spec: HardwareSpec, ctx: RunContext,
                                                      else next(iter(spec.peaks)))
     k = knobs_for(spec, "stream", dtype)
     env = make_env(k, ctx, consts, spec.arch)
-    c = op.cost()
-    compute = c.vector_flops / k.vector_op_rate + c.sfu_ops / k.sfu_rate
-    footprint = c.bytes_hbm * (env.copies if env.input_copies else 1.0)
-    memory = stream_time(c.bytes_hbm, footprint, k, env, ctas=c.work_units)
-    overhead = c.launches * env.kernel_s
-    latency = overlap(compute, memory, k.overlap_p) + overhead
+    fields = op_class(op).shape_fields
+    ops: Ops
+    terms: Any = op.terms
+    if op.shape == () and np.ndim(env.copies) == 0:  # one shape: plain floats
+        ops, copies = SCALAR, float(env.copies)
+        t = terms(*(float(getattr(op, f)) for f in fields), ops=ops)
+    else:
+        ops, copies = VECTOR, env.copies
+        t = terms(*(getattr(op, f) for f in fields))
+    compute = t.vector_flops / k.vector_op_rate + t.sfu_ops / k.sfu_rate
+    footprint = t.bytes * (copies if env.input_copies else 1.0)
+    memory = stream_time(t.bytes, footprint, k, env, ctas=t.work_units, ops=ops)
+    overhead = env.kernel_s  # one launch
+    latency = overlap(compute, memory, k.overlap_p, ops) + overhead
     return make_prediction(
         op=op.name, hardware=spec.id, dtype=op.dtype, compute_s=compute, memory_s=memory,
-        overhead_s=overhead, latency_s=latency, flops=c.flops, bytes_=c.bytes_hbm,
-        bytes_min=c.bytes_min, peak=k.vector_op_rate * 2.0, bandwidth=k.bandwidth,
+        overhead_s=overhead, latency_s=latency, flops=0.0 + t.vector_flops, bytes_=t.bytes,
+        bytes_min=t.bytes, peak=k.vector_op_rate * 2.0, bandwidth=k.bandwidth,
         ridge_point=k.vector_op_rate * 2.0 / k.achievable_bandwidth,
         details={"kernels": 1.0},
     )
 
 
-#: The timing function of each op class.
-_TIMERS: dict[type, Timer] = {
-    Gemm: _predict_gemm,
-    Attention: _predict_attention,
-    AllReduce: predict_allreduce,
-    **dict.fromkeys((Elementwise, Norm, Activation, Rotary, Softmax, Embedding), _predict_stream),
-}
+#: The timing function of each op class of the op registry (:func:`register_timer`).
+_TIMERS: dict[type, Timer] = {}
+
+
+def register_timer(cls: type, timer: Timer) -> None:
+    """Make ``timer`` the timing function of op class ``cls`` (a class of the op registry,
+    :data:`perfmodel.ops.registry.OP_CLASSES`); a timing module registers its own at
+    import. Registering a class twice replaces its timer."""
+    op_class(cls)  # raises for a class the registry does not know
+    _TIMERS[cls] = timer
+
+
+def timer_for(op: object) -> Timer:
+    """The timing function of ``op``'s class; :class:`PerfmodelError` if it has none."""
+    timer = _TIMERS.get(type(op))
+    if timer is None:
+        raise PerfmodelError("op", f"cannot predict {type(op).__name__}",
+                             "pass a perfmodel op such as Gemm or Attention")
+    return timer
+
+
+register_timer(Gemm, _predict_gemm)
+register_timer(Attention, _predict_attention)
+register_timer(AllReduce, predict_allreduce)
+for _cls in (Elementwise, Norm, Activation, Rotary, Softmax, Embedding):
+    register_timer(_cls, _predict_stream)

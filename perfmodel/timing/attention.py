@@ -21,24 +21,37 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   memory) otherwise; compute = Σ tile work / (rate · e_family · wave efficiency),
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
   per-tile time ``tile_s`` (first dependent loads, output store): ⌈T/slots⌉·t_tile.
-- **Memory.** :meth:`Attention.flash_bytes` (Q once, O once, K/V once per query tile that
-  misses L2) + split partials, at the bandwidth the active CTAs can pull (or from L2 for a
-  warm repeated call).
+- **Memory.** :func:`perfmodel.ops.attention.flash_bytes` (Q once, O once, K/V once per query
+  tile that misses L2) + split partials, at the bandwidth the active CTAs can pull (or from
+  L2 for a warm repeated call).
 - **Kernels.** The main kernel, the combine kernel when split; for the paged-KV entry point
   in decode with G > 1, two layout copies (Q in, O out).
 
 latency = overlap(compute, memory) + ⌈T/slots⌉·t_tile + kernels·t_kernel.
+
+One formula (:func:`_flash`) runs on plain floats for one shape (the scalar fast path) and
+on numpy arrays for many; both give the same numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
+import math
 from typing import Any
 
 import numpy as np
 
+from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
-from perfmodel.ops.attention import Attention
+from perfmodel.ops.attention import (
+    Attention,
+    computed_pairs,
+    flash_bytes,
+    kv_bytes,
+    o_bytes,
+    pairs,
+    q_bytes,
+)
 from perfmodel.ops.cost import Array
 from perfmodel.timing.constants import Constants
 from perfmodel.timing.core import Env, overlap, stream_time
@@ -55,6 +68,8 @@ __all__ = ["auto_splits", "resolve_impl", "time_flash"]
 
 #: Rows of an MMA instruction: a query tile is padded to a multiple of this.
 _MMA_ROWS = 16.0
+#: Shape fields of an attention op, in the order :func:`_flash` takes them.
+_SHAPE = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "value_dim")
 
 
 def resolve_impl(op: Attention, k: Knobs) -> str:
@@ -62,11 +77,13 @@ def resolve_impl(op: Attention, k: Knobs) -> str:
     return k.family.flash_impl if op.impl == "flash" else op.impl
 
 
-def auto_splits(base_ctas: Array, seq_kv: Array, units: int, max_splits: int = 64,
-                kv_block: float = 256.0) -> Array:
+def auto_splits(base_ctas: Any, seq_kv: Any, units: int, max_splits: int = 64,
+                kv_block: float = 256.0) -> Any:
     """Split-KV factor: 1 if the base CTAs fill 80 % of the units; else the smallest s
     whose wave efficiency x/⌈x⌉ (x = CTAs·s/U) reaches 85 % of the best over
-    s ≤ min(max_splits, ⌈S_kv/kv_block⌉)."""
+    s ≤ min(max_splits, ⌈S_kv/kv_block⌉). A float for float inputs, else an array."""
+    if type(base_ctas) is float and type(seq_kv) is float:
+        return _auto_splits_one(base_ctas, seq_kv, units, max_splits, kv_block)
     base_ctas, seq_kv = np.broadcast_arrays(np.asarray(base_ctas, dtype=np.float64),
                                             np.asarray(seq_kv, dtype=np.float64))
     s = np.arange(1.0, max_splits + 1.0).reshape((-1,) + (1,) * base_ctas.ndim)
@@ -79,140 +96,174 @@ def auto_splits(base_ctas: Array, seq_kv: Array, units: int, max_splits: int = 6
     return np.asarray(np.where(base_ctas >= 0.8 * units, 1.0, first), dtype=np.float64)
 
 
-def _tiles(fam: AttentionFamily, arch: str, d: Array, dv: Array, s: float,
-           smem: float) -> tuple[Array, Array]:
-    """(query rows, keys) per tile for each head dim: the family's rule for the
+@functools.lru_cache(maxsize=4096)
+def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: int,
+                     kv_block: float) -> float:
+    """:func:`auto_splits` of one shape (the same expressions, one s at a time)."""
+    if base_ctas >= 0.8 * units:
+        return 1.0
+    limit = max(float(math.ceil(seq_kv / kv_block)), 1.0)
+    effs = []
+    for i in range(1, max_splits + 1):
+        s = float(i)
+        x = base_ctas * s / units
+        effs.append(x / math.ceil(x) if s <= limit else 0.0)
+    best = max(effs)
+    return float(next(i for i, e in enumerate(effs, 1) if e >= 0.85 * best))
+
+
+def _tile_rule(fam: AttentionFamily, arch: str, d: float, s: float,
+               smem: float) -> tuple[float, float]:
+    """(query rows, keys) per tile for head dim ``d``: the family's rule for the
     architecture (an architecture-agnostic rule halves its rows where shared memory cannot
     hold Q and two K/V tiles), else 128×128 halved likewise."""
+    rule = fam.tile(arch, d)
+    if rule is None:
+        kv = 128.0
+        return (128.0 if (128.0 * d + 2.0 * kv * (d + d)) * s <= smem else 64.0), kv
+    q, kv = rule
+    if not fam.arch_tiles and (q * d + 2.0 * kv * (d + d)) * s > smem:
+        q = q / 2.0  # an architecture-agnostic rule: the kernel's smaller-SRAM variant
+    return q, kv
+
+
+def _tiles(fam: AttentionFamily, arch: str, d: Any, s: float, smem: float) -> tuple[Any, Any]:
+    """:func:`_tile_rule` for a head dim or an array of them."""
+    if type(d) is float:
+        return _tile_rule(fam, arch, d, s, smem)
     dims = np.asarray(d, dtype=np.float64)
     q = np.full(dims.shape, 128.0)
     kv = np.full(dims.shape, 128.0)
     for val in np.unique(dims):
-        rule = fam.tile(arch, float(val))
-        if rule is None:
-            kv_v = 128.0
-            q_v = 128.0 if (128.0 * val + 2.0 * kv_v * (val + val)) * s <= smem else 64.0
-        else:
-            q_v, kv_v = rule
-            if not fam.arch_tiles and (q_v * val + 2.0 * kv_v * (val + val)) * s > smem:
-                # an architecture-agnostic rule: the kernel's smaller-SRAM variant
-                q_v = q_v / 2.0
+        q_v, kv_v = _tile_rule(fam, arch, float(val), s, smem)
         sel = dims == val
         q = np.where(sel, q_v, q)
         kv = np.where(sel, kv_v, kv)
-    del dv
     return q, kv
 
 
-def _pack_pays(seq_q: Any, group: Any, q_t: Any) -> Any:
+def _pack_pays(seq_q: Any, group: Any, q_t: Any, ops: Ops = VECTOR) -> Any:
     """FlashAttention-3's rule (hopper/heuristics.h ``should_pack_gqa``): pack the G query
     heads of a KV head into the rows of one tile when the row tiles would be filled less
     than 0.9× as well without packing, fill(r) = r / (q_t·⌈r/q_t⌉). (Its variable-length
     entry point, which vLLM and SGLang call, packs whenever G > 1; on AIConfigurator's H100
     rows that scored the same or worse, so one rule is kept.)"""
     def fill(r: Any) -> Any:
-        return r / (q_t * np.ceil(r / q_t))
-    return (group > 1) & (fill(seq_q) < 0.9 * fill(seq_q * group))
+        return r / (q_t * ops.ceil(r / q_t))
+    return ops.where(group > 1, fill(seq_q) < 0.9 * fill(seq_q * group), False)
 
 
-def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str, Any]:
-    """Timing of a fused attention kernel of ``op``'s family (see the module doc)."""
+def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q: Any,
+           seq_kv: Any, d: Any, dv: Any, copies: Any, k: Knobs, env: Env,
+           consts: Constants) -> dict[str, Any]:
+    """The kernel model of the module doc on floats (``SCALAR``) or arrays (``VECTOR``)."""
     impl = resolve_impl(op, k)
     fam = attention_family(impl)
     arch = k.arch
     s = bytes_per_element(op.dtype)
-    d, dv = op.head_dim, op.value_dim
+    s_kv = bytes_per_element(op.kv_dtype)
     smem = k.smem_per_unit
-    q_t, kv_t = _tiles(fam, arch, d, dv, s, smem)
+    q_t, kv_t = _tiles(fam, arch, d, s, smem)
     need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
-    per_unit = 1.0 if fam.persistent else np.clip(np.floor(smem / need), 1.0, 2.0)
+    per_unit = 1.0 if fam.persistent else ops.clip(ops.floor(smem / need), 1.0, 2.0)
     slots = k.units * per_unit
 
-    group = op.heads / op.kv_heads
+    group = heads / kv_heads
     if fam.pack_gqa == "short":
-        packed = op.seq_q * group <= q_t
+        packed = seq_q * group <= q_t
     elif fam.pack_gqa == "efficiency":
-        packed = _pack_pays(op.seq_q, group, q_t)
+        packed = _pack_pays(seq_q, group, q_t, ops)
     elif fam.pack_gqa == "decode":
-        packed = (op.seq_q == 1) & (group <= 64)
+        packed = ops.where(seq_q == 1, group <= 64, False)
     else:
-        packed = np.zeros(np.shape(op.seq_q), dtype=bool)
+        packed = ops.where(seq_q < 0, True, False)  # never (a bool of the shape)
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
-    packed = packed & ~fallback
-    rows = np.where(packed, op.seq_q * group, op.seq_q)
-    q_eff = np.minimum(q_t, _MMA_ROWS * np.ceil(rows / _MMA_ROWS))
-    q_tiles = np.ceil(rows / q_eff)
-    heads_u = np.where(packed, op.kv_heads, op.heads)
-    base = op.batch * heads_u * q_tiles
+    packed = ops.where(fallback, False, packed)
+    rows = ops.where(packed, seq_q * group, seq_q)
+    q_eff = ops.minimum(q_t, _MMA_ROWS * ops.ceil(rows / _MMA_ROWS))
+    q_tiles = ops.ceil(rows / q_eff)
+    heads_u = ops.where(packed, kv_heads, heads)
+    base = batch * heads_u * q_tiles
     if op.num_splits not in ("auto", "gqa"):
-        splits = np.full(np.shape(base), float(op.num_splits))
-    elif fam.split_kv == "auto":
-        splits = np.minimum(auto_splits(base, op.seq_kv, k.units), fam.max_splits)
+        splits = 0.0 * base + float(op.num_splits)
+    elif fam.split_kv == "auto" and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):
+        splits = ops.minimum(auto_splits(base, seq_kv, k.units), fam.max_splits)
         if op.num_splits == "gqa":
-            splits = np.where(packed & (group > 1), splits, 1.0)
-        splits = np.where(fallback, 1.0, splits)
-        if op.kv_dtype == "fp8" and arch in fam.fp8_unsplit:
-            splits = np.ones(np.shape(base))
+            splits = ops.where(packed, ops.where(group > 1, splits, 1.0), 1.0)
+        splits = ops.where(fallback, 1.0, splits)
     else:
-        splits = np.ones(np.shape(base))
-    splits = np.minimum(splits, np.maximum(np.ceil(op.seq_kv / 64.0), 1.0))
+        splits = 0.0 * base + 1.0
+    splits = ops.minimum(splits, ops.maximum(ops.ceil(seq_kv / 64.0), 1.0))
     tiles = base * splits
 
     # keys each query row visits (causal: with the whole diagonal tiles), per split
-    pairs_row = op.computed_pairs(q_t, kv_t) / op.seq_q
-    paged_rate = np.ones(())
+    pairs_row = computed_pairs(seq_q, seq_kv, op.causal, q_t, kv_t, ops) / seq_q
+    paged_rate: Any = 1.0
     if impl == "paged":  # the paged kernel computes the whole rectangle in prefill
-        prefill = ~packed
-        pairs_row = np.where(prefill, op.seq_kv, pairs_row)
-        paged_rate = np.where(prefill, k.paged_prefill_efficiency, 1.0)
+        pairs_row = ops.where(packed, pairs_row, seq_kv)
+        paged_rate = ops.where(packed, 1.0, k.paged_prefill_efficiency)
     keys = pairs_row / splits
-    k_pad = kv_t * np.ceil(keys / kv_t)
+    k_pad = kv_t * ops.ceil(keys / kv_t)
     tile_pairs = q_eff * k_pad
     all_pairs = tiles * tile_pairs
 
     fp8 = op.dtype == "fp8"
     eng = env.engine
     eff = attn_constant(impl, "fp8_efficiency" if fp8 else "efficiency", arch, consts, eng)
-    eff = eff * tile_efficiency(q_t, kv_t)
+    eff = eff * tile_efficiency(q_t, kv_t, ops)
     t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
     t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
     if op.kv_dtype == "fp8" and not fp8:
         # the bf16 kernel converts every K/V element it loads
-        loaded = tiles * k_pad * (d + dv) * np.where(packed, 1.0, 1.0 / group)
+        loaded = tiles * k_pad * (d + dv) * ops.where(packed, 1.0, 1.0 / group)
         t_soft = t_soft + loaded * attn_constant(impl, "dequant_ops", arch, consts) \
             / k.vector_op_rate
     ov = k.fa3_softmax_overlap if impl in OVERLAPPED_SOFTMAX else k.softmax_overlap
-    compute_raw = np.maximum(t_tensor, t_soft) + (1.0 - ov) * np.minimum(t_tensor, t_soft)
-    waves = np.ceil(tiles / slots)
+    compute_raw = ops.maximum(t_tensor, t_soft) + (1.0 - ov) * ops.minimum(t_tensor, t_soft)
+    waves = ops.ceil(tiles / slots)
     wave_eff = tiles / (waves * slots)
     compute = compute_raw / wave_eff
 
-    heads_in_flight = np.maximum(slots / np.maximum(base / (op.batch * op.heads), 1.0), 1.0)
-    traffic = op.flash_bytes(q_t, heads_in_flight, k.l2_bytes)
-    partial = np.where(splits > 1, 2.0 * op.batch * op.heads * op.seq_q * splits * (dv + 2.0)
-                       * 4.0, 0.0)
+    heads_in_flight = ops.maximum(slots / ops.maximum(base / (batch * heads), 1.0), 1.0)
+    traffic = flash_bytes(batch, heads, kv_heads, seq_q, seq_kv, d, dv, op.causal, s, s_kv,
+                          q_t, heads_in_flight, k.l2_bytes, ops)
+    partial = ops.where(splits > 1, 2.0 * batch * heads * seq_q * splits * (dv + 2.0) * 4.0,
+                        0.0)
     # the fallback kernel of an over-large group reads each KV head once per query head
-    traffic = traffic + np.where(fallback, (group - 1.0) * op.kv_bytes(), 0.0) + partial
-    footprint = op.bytes_min() * env.copies
-    k_attn = replace(k, cta_bandwidth=attn_constant(impl, "cta_bandwidth", arch, consts))
-    memory = stream_time(traffic, footprint, k_attn, env, ctas=np.minimum(tiles, slots))
-    launches = np.where(splits > 1, 2.0, 1.0)
+    kv = kv_bytes(batch, kv_heads, seq_kv, d, dv, s_kv)
+    traffic = traffic + ops.where(fallback, (group - 1.0) * kv, 0.0) + partial
+    bytes_min = q_bytes(batch, heads, seq_q, d, s) + kv + o_bytes(batch, heads, seq_q, dv, s)
+    memory = stream_time(traffic, bytes_min * copies, k, env, ctas=ops.minimum(tiles, slots),
+                         ops=ops, cta_bandwidth=attn_constant(impl, "cta_bandwidth", arch,
+                                                              consts))
+    launches = ops.where(splits > 1, 2.0, 1.0)
     if impl == "paged":
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
-        launches = launches + np.where(packed & (group > 1), 2.0, 0.0)
-    tile_s = np.where(op.seq_q == 1, attn_constant(impl, "decode_tile_s", arch, consts, eng),
-                      attn_constant(impl, "tile_s", arch, consts, eng))
+        launches = launches + ops.where(packed, ops.where(group > 1, 2.0, 0.0), 0.0)
+    tile_s = ops.where(seq_q == 1, attn_constant(impl, "decode_tile_s", arch, consts, eng),
+                       attn_constant(impl, "tile_s", arch, consts, eng))
     overhead = launches * env.kernel_s + waves * tile_s
-    latency = overlap(compute, memory, k.overlap_p) + overhead
+    latency = overlap(compute, memory, k.overlap_p, ops) + overhead
+    flops = 2.0 * batch * heads * pairs(seq_q, seq_kv, op.causal, ops) * (d + dv)
+    return {"latency_s": latency, "compute_s": compute, "memory_s": memory,
+            "overhead_s": overhead, "bytes": traffic, "launches": launches, "q_tile": q_eff,
+            "splits": splits, "ctas": tiles, "impl": impl, "useful_flops": flops,
+            "bytes_min": bytes_min}
+
+
+def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str, Any]:
+    """Timing of a fused attention kernel of ``op``'s family (see the module doc): floats
+    for a scalar op, else arrays of the op's broadcast shape."""
+    if op.shape == () and np.ndim(env.copies) == 0:
+        v = [float(getattr(op, name)) for name in _SHAPE]
+        return _flash(SCALAR, op, v[0], v[1], v[2], v[3], v[4], v[5], v[6], float(env.copies),
+                      k, env, consts)
+    out = _flash(VECTOR, op, op.batch, op.heads, op.kv_heads, op.seq_q, op.seq_kv,
+                 op.head_dim, op.value_dim, env.copies, k, env, consts)
     shape = op.shape
 
     def full(x: Any) -> Array:
         return np.asarray(np.broadcast_to(np.asarray(x, dtype=np.float64), shape))
 
-    return {
-        "latency_s": full(latency), "compute_s": full(compute), "memory_s": full(memory),
-        "overhead_s": full(overhead), "bytes": full(traffic), "launches": full(launches),
-        "q_tile": full(q_eff), "splits": full(splits), "ctas": full(tiles), "impl": impl,
-        "useful_flops": full(op.flops()),
-    }
+    return {key: (v if key == "impl" else full(v)) for key, v in out.items()}

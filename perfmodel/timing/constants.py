@@ -113,7 +113,20 @@ class Constants:
     """The measurement sources (``source`` column values) the fitted values were fitted
     on: predictions of those rows are in-sample."""
 
+    def __post_init__(self) -> None:
+        # values resolved through the parent chain, memoised: the table is immutable, so an
+        # entry never goes stale (a race at worst resolves a name twice)
+        object.__setattr__(self, "_resolved", {})
+        object.__setattr__(self, "_hash", hash(tuple(sorted(self.fitted.items()))))
+
     def __getitem__(self, name: str) -> float:
+        value: float | None = self._resolved.get(name)  # type: ignore[attr-defined]
+        if value is None:
+            value = self._resolve(name)
+            self._resolved[name] = value  # type: ignore[attr-defined]
+        return value
+
+    def _resolve(self, name: str) -> float:
         if name in self.fitted:
             return self.fitted[name]
         try:
@@ -124,7 +137,7 @@ class Constants:
         return self[p.parent] if p.parent is not None else p.default
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self.fitted.items())))
+        return self._hash  # type: ignore[attr-defined, no-any-return]
 
     def provenance(self, name: str) -> str:
         """Where the value of ``name`` comes from."""

@@ -65,22 +65,26 @@ def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> En
                copies=ctx.copies, input_copies=ctx.input_copies, engine=ctx.engine)
 
 
-def cta_bandwidth_fraction(ctas: Any, k: Knobs, ops: Ops = VECTOR) -> Any:
+def cta_bandwidth_fraction(ctas: Any, k: Knobs, ops: Ops = VECTOR,
+                           cta_bandwidth: float | None = None) -> Any:
     """Fraction of the achievable bandwidth that ``ctas`` concurrent CTAs can pull:
     min(1, CTAs·c/units), c = the per-CTA bandwidth multiple of the fair share (the
-    family's, or calibrated)."""
-    return ops.clip(ctas * (k.cta_bandwidth / k.units), 1e-3, 1.0)
+    family's, or calibrated; ``cta_bandwidth`` replaces it for a kernel family of its
+    own)."""
+    c = k.cta_bandwidth if cta_bandwidth is None else cta_bandwidth
+    return ops.clip(ctas * (c / k.units), 1e-3, 1.0)
 
 
-def memory_time(bytes_: Any, k: Knobs, ctas: Any = None, ops: Ops = VECTOR) -> Any:
+def memory_time(bytes_: Any, k: Knobs, ctas: Any = None, ops: Ops = VECTOR,
+                cta_bandwidth: float | None = None) -> Any:
     """Time to move ``bytes_`` through device memory, s.
 
     t = bytes / (BW·η_m·f_cta) + latency: the latency term is the size dependence of
     bandwidth (a transfer smaller than BW × latency bytes cannot keep enough requests in
     flight); f_cta caps bandwidth when few CTAs run. Zero bytes cost nothing.
     """
-    frac = 1.0 if ctas is None else cta_bandwidth_fraction(ctas, k, ops)
-    t = bytes_ / (k.achievable_bandwidth * frac) + k.family.memory_latency_s
+    frac = 1.0 if ctas is None else cta_bandwidth_fraction(ctas, k, ops, cta_bandwidth)
+    t = bytes_ / (k.achievable_bandwidth * frac) + k.memory_latency_s
     return ops.where(bytes_ > 0, t, 0.0 * t)
 
 
@@ -94,17 +98,17 @@ def l2_hit_fraction(footprint: Any, capacity: float, ops: Ops = VECTOR) -> Any:
 
 
 def stream_time(bytes_: Any, footprint: Any, k: Knobs, env: Env, ctas: Any = None,
-                ops: Ops = VECTOR) -> Any:
+                ops: Ops = VECTOR, cta_bandwidth: float | None = None) -> Any:
     """:func:`memory_time`, except that for a warm repeated call the share h of the traffic
     that hits in L2 (:func:`l2_hit_fraction` of its ``footprint``: the bytes it touches,
     × the harness's copies) streams at the L2 bandwidth:
     t = bytes·((1 − h)/BW_dram + h/BW_L2)/f_cta + latency."""
     if not env.warm:
-        return memory_time(bytes_, k, ctas, ops)
-    frac = 1.0 if ctas is None else cta_bandwidth_fraction(ctas, k, ops)
+        return memory_time(bytes_, k, ctas, ops, cta_bandwidth)
+    frac = 1.0 if ctas is None else cta_bandwidth_fraction(ctas, k, ops, cta_bandwidth)
     h = l2_hit_fraction(footprint, env.l2_capacity, ops)
     per_byte = (1.0 - h) / k.achievable_bandwidth + h / env.l2_bandwidth
-    t = bytes_ * per_byte / frac + k.family.memory_latency_s
+    t = bytes_ * per_byte / frac + k.memory_latency_s
     return ops.where(bytes_ > 0, t, 0.0 * t)
 
 

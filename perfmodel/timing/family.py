@@ -8,7 +8,9 @@ bandwidth, achievable fractions, fixed overhead) live in the YAML specs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 __all__ = ["FAMILIES", "FamilyParams", "family_params"]
 
@@ -116,7 +118,9 @@ _CPU_TILES: tuple[Tile, ...] = (
     (64.0, 64.0, 1.0), (16.0, 64.0, 0.9), (4.0, 64.0, 0.5), (1.0, 64.0, 0.25),
 )
 
-FAMILIES: dict[str, FamilyParams] = {
+#: The families by ``arch`` name: read-only (a calibrated device changes its own knobs,
+#: never the family table).
+FAMILIES: Mapping[str, FamilyParams] = MappingProxyType({
     "pascal": FamilyParams(tensor_tiles=_SIMT_TILES, vector_tiles=_SIMT_TILES,
                            memory_latency_s=0.7e-6),
     "volta": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
@@ -149,7 +153,7 @@ FAMILIES: dict[str, FamilyParams] = {
     # product from being padded to 64 rows (it is memory-bound at any of these rates).
     "cpu": FamilyParams(tensor_tiles=_CPU_TILES, vector_tiles=_CPU_TILES,
                         split_k=(1.0,), memory_latency_s=0.1e-6, cta_bandwidth=1.0),
-}
+})
 
 
 def family_params(arch: str) -> FamilyParams:

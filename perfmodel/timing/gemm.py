@@ -2,14 +2,15 @@
 
 For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
 
-- tiles T = b·⌈m/t_m⌉·⌈n/t_n⌉·s run in waves of U·r (U SMs/CUs, r tiles per unit):
-  W = ⌈T/(U·r)⌉;
+- tiles T = (b·s)·⌈m/t_m⌉·⌈n/t_n⌉ (:func:`perfmodel.ops.gemm.tile_count`) run in waves of
+  U·r (U SMs/CUs, r tiles per unit): W = ⌈T/(U·r)⌉;
 - one tile takes t_tile = 2·t_m·t_n·⌈k/s⌉ / (e·R/U), R the achievable rate, so
   t_compute = W·t_tile (a partly filled last wave and padded edge tiles cost full time);
-- traffic is :meth:`Gemm.tiled_traffic` (panels shared through L2 inside a wave; scale
-  factors of quantized schemes included) plus, for s > 1, the fp32 partial sums written
-  and read back (2·s·b·m·n·4 bytes) by a second kernel; it streams from DRAM, or from L2
-  for a warm repeated call whose footprint fits (:func:`perfmodel.timing.core.stream_time`);
+- traffic is :func:`perfmodel.ops.gemm.tiled_traffic` (panels shared through L2 inside a
+  wave; scale factors of quantized schemes included) plus, for s > 1, the fp32 partial sums
+  written and read back (2·s·b·m·n·4 bytes) by a second kernel; it streams from DRAM, or
+  from L2 for a warm repeated call whose footprint fits
+  (:func:`perfmodel.timing.core.stream_time`);
 - tile fill: the first k-slab load and the last tile store of a wave are not overlapped
   with math: (min(T, U·r)·((t_m + t_n)·64·s_in + t_m·t_n·s_out)) / BW + latency;
 - latency = overlap(t_compute, t_memory) + t_fill + launches·t_kernel (t_kernel: the fixed
@@ -18,150 +19,425 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
 A calibration may rescale the fill (``fill_waves``), the per-CTA bandwidth and the tile
 efficiencies (e → e^a, ``tile_efficiency_exponent``); see :mod:`perfmodel.timing.knobs`.
 
-Split-K is considered only when the unsplit tiles do not fill one wave (T/s < U·r).
+Split-K is considered only when the unsplit tiles do not fill one wave (T/s < U·r), and
+only while each split keeps at least 128 of k.
 
-The library is modelled as choosing the fastest candidate.
+The library is modelled as choosing the fastest candidate (the first of equals in menu
+order). The search prunes: a candidate's latency is at least
+max(t_compute, t_memory,min) + t_fill + launches·t_kernel, where t_memory,min streams the
+every-byte-once traffic A + B + C (+ split partials) at the candidate's CTA bandwidth; the
+three terms are cheap and exact but the tiled re-reads, so a candidate whose bound cannot
+beat the best so far is skipped. One formula (:func:`_parts`) serves plain floats (one shape)
+and numpy arrays (many); both give the same numbers.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.ops.cost import Array
-from perfmodel.ops.gemm import Gemm
-from perfmodel.timing.core import Env, overlap, stream_time
+from perfmodel.ops.gemm import Gemm, operand_bytes, tiled_traffic
+from perfmodel.timing.core import Env, l2_hit_fraction, overlap
 from perfmodel.timing.family import FamilyParams
 from perfmodel.timing.knobs import Knobs
 
 __all__ = ["time_gemm"]
 
 _CHUNK = 1 << 15
+#: Shapes up to which one call evaluates every candidate on every shape (:func:`_time_all`)
+#: rather than pruning (:func:`_time_flat`).
+_FEW = 512
 _K_SLAB = 64.0
-
-
-def _candidates(k: Knobs, split: bool) -> Array:
-    return _candidate_table(k.family, k.unit, split, k.tile_exponent)
-
-
-@functools.lru_cache(maxsize=64)
-def _candidate_table(fam: FamilyParams, unit: str, split: bool, exponent: float = 1.0) -> Array:
-    tiles = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
-    splits = [x for x in fam.split_k if (x > 1) == split]
-    rows = [(tm, tn, e if exponent == 1.0 else e**exponent, s)
-            for tm, tn, e in tiles for s in splits]
-    table = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
-    table.setflags(write=False)
-    return table
-
-
-@functools.lru_cache(maxsize=64)
-def _candidate_rows(fam: FamilyParams, unit: str, split: bool,
-                    exponent: float = 1.0) -> tuple[tuple[float, ...], ...]:
-    return tuple(tuple(r) for r in _candidate_table(fam, unit, split, exponent).tolist())
-
-
+#: A bound this far (relative) below the best is still evaluated: float rounding of the
+#: bound can never prune a candidate that would win.
+_SLACK = 1.0 - 1e-9
 _FIELDS = ("latency_s", "compute_s", "memory_s", "overhead_s", "bytes", "waves")
 
 
-def _evaluate(ops: Ops, op: Gemm, m: Any, n: Any, kk: Any, b: Any, fp: Any, s_in: float,
-              s_out: float, k: Knobs, env: Env, rate: float, tm: Any, tn: Any, eff: Any,
-              split: Any, is_split: bool) -> dict[str, Any]:
-    """Parts of one candidate (or a column of candidates) for the given shapes."""
-    slots = k.units * k.family.tiles_per_unit
-    tiles_m = ops.ceil(m / tm)
-    tiles_n = ops.ceil(n / tn)
-    tiles = (b * split) * tiles_m * tiles_n
-    waves = ops.ceil(tiles / slots)
-    tile_s = 2.0 * k.units * tm * tn / (eff * rate)
-    compute = waves * tile_s * ops.ceil(kk / split)
-    conc = ops.minimum(tiles, slots)
-    traffic = op.tiled_traffic(m, n, kk, b, tm, tn, conc, k.l2_bytes, ops)
-    launches = 1.0
-    mn = b * m * n
-    if is_split:  # split-K: fp32 partials written and read back by a reduce kernel
-        traffic = traffic + (8.0 * split) * mn
-        launches = 2.0
-    memory = stream_time(traffic, fp, k, env, ctas=conc, ops=ops)
-    fill_const = ((tm + tn) * _K_SLAB * s_in + tm * tn * s_out) / k.achievable_bandwidth
-    overhead = (conc * fill_const + k.family.memory_latency_s) * k.fill_waves \
-        + launches * env.kernel_s
-    total = overlap(compute, memory, k.overlap_p, ops) + overhead
-    if is_split:
-        # split-K only when the unsplit tiles leave part of the device idle in one wave,
-        # and only while each split keeps at least 128 of k
-        total = ops.where((tiles / split >= slots) | (kk < 128.0 * split), math.inf, total)
+@dataclass(frozen=True)
+class _Tile:
+    """One candidate with its per-call constants."""
+
+    tm: float
+    tn: float
+    eff: float
+    split: float
+    tile_s: float
+    """2·U·t_m·t_n/(e·R): time of one tile per unit of ⌈k/s⌉, s."""
+    fill: float
+    """((t_m + t_n)·64·s_in + t_m·t_n·s_out)/BW_achievable, s per concurrent tile."""
+    launches: float
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Constants of one GEMM call: the candidate menus and the device figures."""
+
+    plain: tuple[_Tile, ...]
+    splits: tuple[_Tile, ...]
+    min_tm: float
+    min_tn: float
+    slots: float
+    cta_share: float
+    """Per-CTA bandwidth over the units: bandwidth fraction = clip(CTAs·this, 1e-3, 1)."""
+    bandwidth: float
+    latency: float
+    fill_waves: float
+    kernel_s: float
+    overlap_p: float
+    warm: bool
+    l2_capacity: float
+    l2_bandwidth: float
+    tile_ms: tuple[float, ...]
+    tile_ns: tuple[float, ...]
+    split_values: tuple[float, ...]
+    split_groups: tuple[tuple[_Tile, ...], ...]
+    """The split-K candidates by tile (one group per tile of the menu)."""
+    split_index: tuple[tuple[int, ...], ...]
+    """Positions in ``splits`` of each group's members."""
+    table: Array
+    """Every candidate, plain then split: (t_m, t_n, e, s, t_tile, fill, launches)."""
+    least_tile_s: float
+    """The least t_tile per unit of t_m·t_n of the menu: 2·U/(e_max·R)."""
+    plain_cols: _Tile
+    """The plain candidates as one tile of column arrays (candidates × 1)."""
+    split_cols: _Tile | None
+    """The split-K candidates likewise (None without split-K)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: int,
+           rate: float, s_in: float, s_out: float, bandwidth: float) -> tuple[_Tile, ...]:
+    menu = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
+    out = []
+    for tm, tn, e in menu:
+        eff = e if exponent == 1.0 else e**exponent
+        for s in fam.split_k:
+            if (s > 1) != split:
+                continue
+            out.append(_Tile(tm, tn, eff, s, 2.0 * units * tm * tn / (eff * rate),
+                             ((tm + tn) * _K_SLAB * s_in + tm * tn * s_out) / bandwidth,
+                             2.0 if split else 1.0))
+    return tuple(out)
+
+
+def _call(k: Knobs, env: Env, rate: float, s_in: float, s_out: float) -> _Call:
+    return _call_cached(k.family, k.unit, k.tile_exponent, k.units, rate, s_in, s_out,
+                        k.achievable_bandwidth, k.cta_bandwidth, k.memory_latency_s,
+                        k.fill_waves, env.kernel_s, k.overlap_p, env.warm, env.l2_capacity,
+                        env.l2_bandwidth)
+
+
+@functools.lru_cache(maxsize=512)
+def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate: float,
+                 s_in: float, s_out: float, bandwidth: float, cta_bandwidth: float,
+                 latency: float, fill_waves: float, kernel_s: float, overlap_p: float,
+                 warm: bool, l2_capacity: float, l2_bandwidth: float) -> _Call:
+    key = (fam, unit, exponent, units, rate, s_in, s_out, bandwidth)
+    plain = _tiles(*key[:2], False, *key[2:])
+    splits = _tiles(*key[:2], True, *key[2:])
+    shapes = sorted({(t.tm, t.tn) for t in splits}, key=[(t.tm, t.tn) for t in plain].index)
+    index = tuple(tuple(j for j, t in enumerate(splits) if (t.tm, t.tn) == tile)
+                  for tile in shapes)
+    table = np.asarray([(t.tm, t.tn, t.eff, t.split, t.tile_s, t.fill, t.launches)
+                        for t in plain + splits], dtype=np.float64).reshape(-1, 7)
+    table.setflags(write=False)
+    return _Call(plain=plain, splits=splits, min_tm=min(t.tm for t in plain),
+                 min_tn=min(t.tn for t in plain), slots=units * fam.tiles_per_unit,
+                 cta_share=cta_bandwidth / units, bandwidth=bandwidth, latency=latency,
+                 fill_waves=fill_waves, kernel_s=kernel_s, overlap_p=overlap_p, warm=warm,
+                 l2_capacity=l2_capacity, l2_bandwidth=l2_bandwidth,
+                 tile_ms=tuple(sorted({t.tm for t in plain})),
+                 tile_ns=tuple(sorted({t.tn for t in plain})),
+                 split_values=tuple(sorted({t.split for t in plain + splits})),
+                 split_groups=tuple(tuple(splits[j] for j in idx) for idx in index),
+                 split_index=index, table=table,
+                 least_tile_s=min(t.tile_s / (t.tm * t.tn) for t in plain),
+                 plain_cols=_columns(plain), split_cols=_columns(splits) if splits else None)
+
+
+def _columns(rows: tuple[_Tile, ...]) -> _Tile:
+    """``rows`` as one :class:`_Tile` whose figures are read-only column arrays."""
+    def col(name: str) -> Any:
+        x = np.asarray([getattr(t, name) for t in rows], dtype=np.float64)[:, None]
+        x.setflags(write=False)
+        return x
+    return _Tile(col("tm"), col("tn"), col("eff"), col("split"), col("tile_s"), col("fill"),
+                 rows[0].launches)
+
+
+def _per_byte(call: _Call, footprint: Any, ops: Ops) -> Any:
+    """Seconds per byte of a warm call's stream: a hit share h of its footprint from L2
+    (:func:`perfmodel.timing.core.stream_time`); None for a cold call."""
+    if not call.warm:
+        return None
+    h = l2_hit_fraction(footprint, call.l2_capacity, ops)
+    return (1.0 - h) / call.bandwidth + h / call.l2_bandwidth
+
+
+def _stream(call: _Call, bytes_: Any, per_byte: Any, frac: Any, ops: Ops) -> Any:
+    """Memory time of ``bytes_`` at bandwidth fraction ``frac`` (0 for no bytes)."""
+    if per_byte is None:
+        t = bytes_ / (call.bandwidth * frac) + call.latency
+    else:
+        t = bytes_ * per_byte / frac + call.latency
+    return ops.where(bytes_ > 0, t, 0.0 * t)
+
+
+def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
+    return ops.clip(conc * call.cta_share, 1e-3, 1.0)
+
+
+def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn: Any,
+           a: Any, w: Any, c: Any, fits: Any, per_byte: Any,
+           is_split: bool | None = None) -> dict[str, Any]:
+    """Latency and parts of candidate ``t`` for the given shapes (floats or arrays; ``t``
+    may hold a column of candidates, all split-K or none as ``is_split`` says)."""
+    split = t.split > 1 if is_split is None else is_split
+    tiles_m = ops.ceil(m / t.tm)
+    tiles_n = ops.ceil(n / t.tn)
+    tiles = (b * t.split) * tiles_m * tiles_n
+    waves = ops.ceil(tiles / call.slots)
+    compute = waves * t.tile_s * ops.ceil(kk / t.split)
+    conc = ops.minimum(tiles, call.slots)
+    traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
+    if split:  # split-K: fp32 partials written and read back by a reduce kernel
+        traffic = traffic + (8.0 * t.split) * mn
+    memory = _stream(call, traffic, per_byte, _frac(call, conc, ops), ops)
+    overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    total = overlap(compute, memory, call.overlap_p, ops) + overhead
+    if split:
+        total = ops.where((tiles / t.split >= call.slots) | (kk < 128.0 * t.split), math.inf,
+                          total)
     return {"latency_s": total, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "waves": waves}
 
 
-def _best_vector(op: Gemm, m: Array, n: Array, kk: Array, b: Array, fp: Array, s_in: float,
-                 s_out: float, k: Knobs, env: Env, rate: float,
-                 cand: Array) -> tuple[Array, dict[str, Array]]:
-    tm, tn, eff, split = (cand[:, i : i + 1] for i in range(4))
-    parts = _evaluate(VECTOR, op, m, n, kk, b, fp, s_in, s_out, k, env, rate, tm, tn, eff,
-                      split, is_split=bool(cand[0, 3] > 1))
-    total = parts["latency_s"]
-    best = np.argmin(total, axis=0)
-    pick = np.arange(total.shape[1])
-    return best, {name: np.broadcast_to(v, total.shape)[best, pick] for name, v in parts.items()}
+def _stream_lb(call: _Call, bytes_: Any, per_byte: Any, frac: Any) -> Any:
+    """:func:`_stream` of a positive byte count (a lower bound needs no zero case)."""
+    if per_byte is None:
+        return bytes_ / (call.bandwidth * frac) + call.latency
+    return bytes_ * per_byte / frac + call.latency
 
 
-def _time_flat(op: Gemm, m: Array, n: Array, kk: Array, b: Array, fp: Array, s_in: float,
-               s_out: float, k: Knobs, env: Env, rate: float) -> dict[str, Array]:
-    """Best candidate per shape: unsplit tiles for all, split-K only where tiles are few."""
-    plain = _candidates(k, split=False)
-    best, out = _best_vector(op, m, n, kk, b, fp, s_in, s_out, k, env, rate, plain)
-    chosen = plain[best].copy()
-    slots = k.units * k.family.tiles_per_unit
-    few = b * np.ceil(m / plain[:, 0].min()) * np.ceil(n / plain[:, 1].min()) < slots
-    splits = _candidates(k, split=True)
-    if splits.size and np.any(few):
-        idx = np.flatnonzero(few)
-        sbest, sout = _best_vector(op, m[idx], n[idx], kk[idx], b[idx], fp[idx], s_in, s_out,
-                                   k, env, rate, splits)
-        better = sout["latency_s"] < out["latency_s"][idx]
-        win = idx[better]
+class _Shape:
+    """Per-shape values the bounds of every candidate share (floats or arrays)."""
+
+    def __init__(self, ops: Ops, call: _Call, m: Any, n: Any, kk: Any, b: Any, a: Any,
+                 w: Any, c: Any, per_byte: Any) -> None:
+        self.b = b
+        self.kk = kk
+        self.mn = b * m * n
+        self.least = a + w + c
+        self.per_byte = per_byte
+        self.tiles_m = {tm: ops.ceil(m / tm) for tm in call.tile_ms}
+        self.tiles_n = {tn: ops.ceil(n / tn) for tn in call.tile_ns}
+        self.k_split = {s: ops.ceil(kk / s) for s in call.split_values}
+
+
+def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
+    """A lower bound of candidate ``t``'s latency (:func:`_parts` with the every-byte-once
+    traffic A + B + C, plus split partials, for the tiled traffic), times a slack of
+    1 − 10⁻⁹ so that rounding never lifts it above the true latency."""
+    tiles = (sh.b * t.split) * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
+    compute = ops.ceil(tiles / call.slots) * t.tile_s * sh.k_split[t.split]
+    conc = ops.minimum(tiles, call.slots)
+    traffic = sh.least + (8.0 * t.split) * sh.mn if t.split > 1 else sh.least
+    memory = _stream_lb(call, traffic, sh.per_byte, _frac(call, conc, ops))
+    overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    return (ops.maximum(compute, memory) + overhead) * _SLACK
+
+
+def _split_bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
+    """A lower bound of every split-K candidate of tile ``t`` at once (s ≥ 2): compute ≥
+    the work spread over every slot, b·⌈m/t_m⌉·⌈n/t_n⌉·t_tile·k/slots; memory ≥ A + B + C
+    + 16·b·m·n bytes at full bandwidth; the fixed part grows with s."""
+    tiles = sh.b * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
+    compute = tiles * t.tile_s * sh.kk / call.slots
+    memory = _stream_lb(call, sh.least + 16.0 * sh.mn, sh.per_byte, 1.0)
+    conc = ops.minimum(2.0 * tiles, call.slots)
+    overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    return (ops.maximum(compute, memory) + overhead) * _SLACK
+
+
+def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float, w: float,
+                 c: float, fits: bool, per_byte: Any) -> dict[str, Any]:
+    """The search on floats for one shape: candidates in order of their bound (the
+    :func:`_bound` formula, inlined on floats), each evaluated only while its bound can
+    reach the best so far; the first of equals in menu order wins (as for the vectorised
+    search). The split-K candidates are reached through one bound of them all (the least
+    work of any tile over every slot, A + B + C + 16·b·m·n bytes at full bandwidth, the
+    fixed part of two launches), then by tile group (:func:`_split_bound`)."""
+    ceil = math.ceil
+    slots, share, lat = call.slots, call.cta_share, call.latency
+    fill_waves, kernel_s = call.fill_waves, call.kernel_s
+    least = a + w + c
+    mn = b * m * n
+    # seconds per byte at full bandwidth (times 1/frac at fewer CTAs)
+    per = 1.0 / call.bandwidth if per_byte is None else per_byte
+    tiles_m = {tm: float(ceil(m / tm)) for tm in call.tile_ms}
+    tiles_n = {tn: float(ceil(n / tn)) for tn in call.tile_ns}
+
+    def bound(t: _Tile) -> float:
+        split = t.split
+        tiles = (b * split) * tiles_m[t.tm] * tiles_n[t.tn]
+        compute = ceil(tiles / slots) * t.tile_s * (kk if split == 1.0 else ceil(kk / split))
+        conc = tiles if tiles < slots else slots
+        frac = conc * share
+        frac = 1e-3 if frac < 1e-3 else (1.0 if frac > 1.0 else frac)
+        memory = (least if split == 1.0 else least + 8.0 * split * mn) * per / frac + lat
+        return ((compute if compute > memory else memory)
+                + (conc * t.fill + lat) * fill_waves + t.launches * kernel_s) * _SLACK
+
+    order = sorted((bound(t), i) for i, t in enumerate(call.plain))
+    n_plain = len(call.plain)
+    if call.splits and b * tiles_m[call.min_tm] * tiles_n[call.min_tn] < slots:
+        compute = call.least_tile_s * mn * kk / slots
+        memory = (least + 16.0 * mn) * per + lat
+        order.append((((compute if compute > memory else memory) + lat * fill_waves
+                       + 2.0 * kernel_s) * _SLACK, -1))
+        order.sort()
+    best: dict[str, Any] = {"latency_s": math.inf}
+    top, top_i = math.inf, n_plain + len(call.splits)
+    while order:
+        low, i = order.pop(0)
+        if low > top:
+            break
+        if i == -1:  # all split-K candidates: a bound per tile group
+            for g, group in enumerate(call.split_groups):
+                t = group[0]
+                tiles = b * tiles_m[t.tm] * tiles_n[t.tn]
+                compute = tiles * t.tile_s * kk / slots
+                conc = 2.0 * tiles if 2.0 * tiles < slots else slots
+                memory = (least + 16.0 * mn) * per + lat
+                order.append((((compute if compute > memory else memory)
+                               + (conc * t.fill + lat) * fill_waves + 2.0 * kernel_s)
+                              * _SLACK, -2 - g))
+            order.sort()
+            continue
+        if i < -1:  # one tile group: its members, each with its own bound
+            for j in call.split_index[-2 - i]:
+                t = call.splits[j]
+                if (b * t.split) * tiles_m[t.tm] * tiles_n[t.tn] / t.split >= slots \
+                        or kk < 128.0 * t.split:
+                    continue  # split-K not taken for this shape (infinite latency)
+                order.append((bound(t), n_plain + j))
+            order.sort()
+            continue
+        t = call.plain[i] if i < n_plain else call.splits[i - n_plain]
+        parts = _parts(SCALAR, call, t, m, n, kk, b, mn, a, w, c, fits, per_byte)
+        lat_i = parts["latency_s"]
+        if lat_i < top or (lat_i == top and i < top_i):
+            top, top_i = lat_i, i
+            best = {**parts, "tile_m": t.tm, "tile_n": t.tn, "split_k": t.split,
+                    "launches": t.launches}
+    return best
+
+
+def _time_flat(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: Array,
+               c: Array, fits: Array, per_byte: Any) -> dict[str, Array]:
+    """The search on arrays: every plain candidate's bound first; the candidate of the
+    lowest bound evaluated on every shape; then, in menu order, each candidate only on the
+    shapes whose bound reaches the best so far (split-K groups first by a bound of the
+    whole group, on the shapes with few tiles). The first of equals in menu order wins."""
+    ops = VECTOR
+    size = m.size
+    sh = _Shape(ops, call, m, n, kk, b, a, w, c, per_byte)
+    bounds = np.stack([np.broadcast_to(_bound(ops, call, t, sh), (size,))
+                       for t in call.plain])
+    first = np.argmin(bounds, axis=0)
+    table = call.table
+    pick = table[first]
+    lead: Any = _Tile(pick[:, 0], pick[:, 1], pick[:, 2], 1.0, pick[:, 4], pick[:, 5], 1.0)
+    parts = _parts(ops, call, lead, m, n, kk, b, sh.mn, a, w, c, fits, per_byte)
+    best = {name: np.array(np.broadcast_to(parts[name], (size,)), dtype=np.float64)
+            for name in _FIELDS}
+    chosen = first.astype(np.intp)
+
+    def visit(j: int, t: _Tile, idx: npt.NDArray[np.intp]) -> None:
+        every = idx.size == size
+
+        def sel(x: Any) -> Any:
+            return x if every else x[idx]
+
+        parts = _parts(ops, call, t, sel(m), sel(n), sel(kk), sel(b), sel(sh.mn), sel(a),
+                       sel(w), sel(c), sel(fits), None if per_byte is None else sel(per_byte))
+        lat = np.broadcast_to(parts["latency_s"], idx.shape)
+        old = best["latency_s"][idx]
+        win = (lat < old) | ((lat == old) & (j < chosen[idx]))
+        where = idx[win]
         for name in _FIELDS:
-            out[name][win] = sout[name][better]
-        chosen[win] = splits[sbest[better]]
-    out["tile_m"], out["tile_n"], out["split_k"] = chosen[:, 0], chosen[:, 1], chosen[:, 3]
-    out["launches"] = np.where(chosen[:, 3] > 1, 2.0, 1.0)
+            best[name][where] = np.broadcast_to(parts[name], idx.shape)[win]
+        chosen[where] = j
+
+    for j, t in enumerate(call.plain):
+        idx = np.flatnonzero((bounds[j] <= best["latency_s"]) & (first != j))
+        if idx.size:
+            visit(j, t, idx)
+    few = np.flatnonzero(b * sh.tiles_m[call.min_tm] * sh.tiles_n[call.min_tn] < call.slots)
+    if few.size and call.splits:
+        sub = _Shape(ops, call, m[few], n[few], kk[few], b[few], a[few], w[few], c[few],
+                     None if per_byte is None else per_byte[few])
+        for g, group in enumerate(call.split_groups):
+            near = _split_bound(ops, call, group[0], sub) <= best["latency_s"][few]
+            if not near.any():
+                continue
+            for j in call.split_index[g]:
+                t = call.splits[j]
+                keep = near & (_bound(ops, call, t, sub) <= best["latency_s"][few])
+                idx = few[keep]
+                if idx.size:
+                    visit(len(call.plain) + j, t, idx)
+    out = dict(best)
+    pick = table[chosen]
+    out["tile_m"], out["tile_n"] = pick[:, 0], pick[:, 1]
+    out["split_k"], out["launches"] = pick[:, 3], pick[:, 6]
     return out
 
 
-def _time_scalar(op: Gemm, m: float, n: float, kk: float, b: float, fp: float, s_in: float,
-                 s_out: float, k: Knobs, env: Env, rate: float) -> dict[str, Any]:
-    """The same search on floats, one candidate at a time (fast for a single shape); same
-    result as the vectorised search, candidates that cannot win are skipped early."""
-    best: dict[str, Any] = {"latency_s": math.inf}
-    plain = _candidate_rows(k.family, k.unit, False, k.tile_exponent)
-    slots = k.units * k.family.tiles_per_unit
-    min_tm = min(c[0] for c in plain)
-    min_tn = min(c[1] for c in plain)
-    rows = [(c, False) for c in plain]
-    if b * math.ceil(m / min_tm) * math.ceil(n / min_tn) < slots:
-        rows += [(c, True) for c in _candidate_rows(k.family, k.unit, True, k.tile_exponent)]
-    scale = 2.0 * k.units / rate
-    for (tm, tn, eff, split), is_split in rows:
-        # exact pruning: a candidate's latency is at least its compute time plus its launch
-        # cost, so one whose lower bound cannot beat the best so far is skipped
-        tiles = b * split * -(-m // tm) * -(-n // tn)
-        bound = (-(-tiles // slots) * scale * tm * tn / eff * -(-kk // split)
-                 + (2.0 if is_split else 1.0) * env.kernel_s)
-        if bound >= best["latency_s"]:
-            continue
-        parts = _evaluate(SCALAR, op, m, n, kk, b, fp, s_in, s_out, k, env, rate, tm, tn, eff,
-                          split, is_split)
-        if parts["latency_s"] < best["latency_s"]:
-            best = {**parts, "tile_m": tm, "tile_n": tn, "split_k": split,
-                    "launches": 2.0 if is_split else 1.0}
-    return best
+def _time_all(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: Array,
+              c: Array, fits: Array, per_byte: Any) -> dict[str, Array]:
+    """The search on a few shapes: every candidate on every shape in two broadcast passes
+    (candidates × shapes; split-K only on the shapes with few tiles), fewer numpy calls
+    than pruning when shapes are few. The same choice as :func:`_time_flat`: the least
+    latency, the first of equals in menu order (a split-K candidate only when strictly
+    faster than every plain one)."""
+    size = m.size
+    mn = b * m * n
+    parts = _parts(VECTOR, call, call.plain_cols, m, n, kk, b, mn, a, w, c, fits, per_byte,
+                   False)
+    shape = (len(call.plain), size)
+    best = np.argmin(np.broadcast_to(parts["latency_s"], shape), axis=0)
+    pick = np.arange(size)
+    out = {name: np.array(np.broadcast_to(parts[name], shape)[best, pick], dtype=np.float64)
+           for name in _FIELDS}
+    chosen = best.astype(np.intp)
+    few = np.flatnonzero(b * np.ceil(m / call.min_tm) * np.ceil(n / call.min_tn) < call.slots)
+    if few.size and call.split_cols is not None:
+        sp = _parts(VECTOR, call, call.split_cols, m[few], n[few], kk[few], b[few], mn[few],
+                    a[few], w[few], c[few], fits[few],
+                    None if per_byte is None else per_byte[few], True)
+        sshape = (len(call.splits), few.size)
+        sbest = np.argmin(np.broadcast_to(sp["latency_s"], sshape), axis=0)
+        spick = np.arange(few.size)
+        better = np.broadcast_to(sp["latency_s"], sshape)[sbest, spick] \
+            < out["latency_s"][few]
+        win = few[better]
+        for name in _FIELDS:
+            out[name][win] = np.broadcast_to(sp[name], sshape)[sbest, spick][better]
+        chosen[win] = len(call.plain) + sbest[better]
+    table = call.table[chosen]
+    out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
+    out["split_k"], out["launches"] = table[:, 3], table[:, 6]
+    return out
 
 
 def footprint(op: Gemm, env: Env, ops: Ops = VECTOR) -> Any:
@@ -174,26 +450,58 @@ def footprint(op: Gemm, env: Env, ops: Ops = VECTOR) -> Any:
     return a_copies * a + env.copies * (w + c)
 
 
+def _footprint(a: Any, w: Any, c: Any, env: Env) -> Any:
+    a_copies = env.copies if env.input_copies else 1.0
+    return a_copies * a + env.copies * (w + c)
+
+
+def _one_shape(op: Gemm, call: _Call, env: Env, s_in: float, s_out: float,
+               l2: float) -> dict[str, Any]:
+    """:func:`time_gemm` of a scalar op, on floats; with its FLOPs and minimum bytes."""
+    m, n, kk, b = float(op.m), float(op.n), float(op.k), float(op.batch)
+    a, w, c = operand_bytes(m, n, kk, b, s_in, s_in, s_out, op.shared_b, op.bias, op.quant,
+                            SCALAR)
+    fits = (a / b + w / (1.0 if op.shared_b else b)) <= l2
+    per_byte = _per_byte(call, _footprint(a, w, c, env), SCALAR) if env.warm else None
+    out = _time_scalar(call, m, n, kk, b, a, w, c, fits, per_byte)
+    out["flops"] = 2.0 * b * m * n * kk
+    out["bytes_min"] = a + w + c
+    return out
+
+
 def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str, Any]:
     """Best-candidate timing of the GEMM kernel of ``op`` (arrays shaped like the op's
-    broadcast shape; the activation-quantize stage, if any, is timed by the caller).
-    ``efficiency`` scales the achievable rate for the op's kernel family and scheme."""
-    shape = op.shape
+    broadcast shape; floats for a scalar op; the activation-quantize stage, if any, is
+    timed by the caller). ``efficiency`` scales the achievable rate for the op's kernel
+    family and scheme."""
     s_in = bytes_per_element(op.dtype)
     s_out = bytes_per_element(op.out_dtype)
-    rate = k.rate * efficiency
+    call = _call(k, env, k.rate * efficiency, s_in, s_out)
+    l2 = k.l2_bytes
+    shape = op.shape
     if shape == () and np.ndim(env.copies) == 0:
-        ms, ns, ks, bs = (float(x) for x in (op.m, op.n, op.k, op.batch))
-        fp0 = float(footprint(op, env, SCALAR)) if env.warm else 0.0
-        return _time_scalar(op, ms, ns, ks, bs, fp0, s_in, s_out, k, env, rate)
+        return _one_shape(op, call, env, s_in, s_out, l2)
     shape = np.broadcast_shapes(shape, np.shape(env.copies))
     m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
-    fp: Array = np.broadcast_to(np.asarray(footprint(op, env), dtype=np.float64),
-                                shape).ravel()
-    if m.size <= _CHUNK:
-        flat = _time_flat(op, m, n, kk, b, fp, s_in, s_out, k, env, rate)
-        return {key: v.reshape(shape) for key, v in flat.items()}
-    parts = [_time_flat(op, m[i:i + _CHUNK], n[i:i + _CHUNK], kk[i:i + _CHUNK],
-                        b[i:i + _CHUNK], fp[i:i + _CHUNK], s_in, s_out, k, env, rate)
-             for i in range(0, m.size, _CHUNK)]
-    return {key: np.concatenate([p[key] for p in parts]).reshape(shape) for key in parts[0]}
+    a, w, c = operand_bytes(m, n, kk, b, s_in, s_in, s_out, op.shared_b, op.bias, op.quant)
+    b_mats = 1.0 if op.shared_b else b
+    fits = (a / b + w / b_mats) <= l2
+    per_byte: Any = None
+    if env.warm:
+        copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
+        a_copies = copies if env.input_copies else 1.0
+        per_byte = _per_byte(call, a_copies * a + copies * (w + c), VECTOR)
+    if m.size <= _FEW:
+        flat = _time_all(call, m, n, kk, b, a, w, c, fits, per_byte)
+    elif m.size <= _CHUNK:
+        flat = _time_flat(call, m, n, kk, b, a, w, c, fits, per_byte)
+    else:
+        parts = []
+        for i in range(0, m.size, _CHUNK):
+            sl = slice(i, i + _CHUNK)
+            parts.append(_time_flat(call, m[sl], n[sl], kk[sl], b[sl], a[sl], w[sl], c[sl],
+                                    fits[sl], None if per_byte is None else per_byte[sl]))
+        flat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    flat["flops"] = 2.0 * b * m * n * kk
+    flat["bytes_min"] = a + w + c
+    return {key: v.reshape(shape) for key, v in flat.items()}

@@ -10,11 +10,12 @@ fitted value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
+from perfmodel._xp import VECTOR, Ops
 from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
 from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
 
@@ -132,7 +133,7 @@ _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulat
          "d 512 is 256 KiB, all of a Blackwell SM's tensor memory (or a Hopper SM's " \
          "register file)"
 
-ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
+ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f for f in (
     AttentionFamily("flash2", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
                     "auto", _FA2),
     AttentionFamily("paged", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
@@ -168,16 +169,16 @@ ATTENTION_FAMILIES: dict[str, AttentionFamily] = {f.name: f for f in (
         (_ANY, 128, 128, 128), (_ANY, 256, 64, 64), (_ANY, 1e9, 32, 64)),
         "decode", "auto", _TRITON + "; decode_attention.py splits the keys of a sequence "
         "into at most max_kv_splits = 8 programs", max_splits=8.0),
-)}
+)})
 
 
-def tile_efficiency(q_tile: Any, kv_tile: Any) -> Any:
+def tile_efficiency(q_tile: Any, kv_tile: Any, ops: Ops = VECTOR) -> Any:
     """Relative MMA rate of a q×kv tile: operand reuse I = q·kv/(q + kv) per loaded element,
     rate ∝ (I / I₁₂₈ₓ₁₂₈)^0.6, at most 1 — the exponent that reproduces the relative
     efficiencies of the Hopper GEMM tile menu (:mod:`perfmodel.timing.family`: 128×64 0.8,
     64×64 0.55, 64×32 0.4)."""
     reuse = q_tile * kv_tile / (q_tile + kv_tile)
-    return np.minimum((reuse / 64.0) ** 0.6, 1.0)
+    return ops.minimum((reuse / 64.0) ** 0.6, 1.0)
 
 
 #: The kernel families whose softmax overlaps the matrix work (FA3-class scheduling).

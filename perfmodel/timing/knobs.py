@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from perfmodel.dtypes import DType
-from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.hardware.spec import HardwareSpec, content_key
 from perfmodel.timing.family import FamilyParams, family_params
 
 __all__ = ["Knobs", "knobs_for"]
@@ -77,6 +77,9 @@ class Knobs:
     """Softmax/MMA overlap of FA3-class kernels."""
     paged_prefill_efficiency: float = 0.65
     """Paged-KV prefill rate relative to the dense fused kernel."""
+    memory_latency_s: float = 0.6e-6
+    """Loaded device-memory latency, s: the size-independent term of a transfer
+    (``memory.latency`` of the spec where it gives one, else the family's)."""
 
 
 def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
@@ -87,22 +90,25 @@ def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
     return min(1.0, sustained / quoted) if sustained else 1.0
 
 
-_CACHE: dict[tuple[int, str, str], tuple[HardwareSpec, Knobs]] = {}
+#: Resolved knobs by (spec content, op family, dtype): specs are frozen, so equal content
+#: gives equal knobs whatever object it is; bounded (cleared past 1,024 entries).
+_CACHE: dict[tuple[str, str, str], Knobs] = {}
+_CACHE_MAX = 1024
 
 
 def knobs_for(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
     """Resolve the effective parameters; raises if ``dtype`` is unsupported on ``hw``.
 
-    Results are memoised per spec object (specs are frozen).
+    Results are memoised by the spec's content (:func:`perfmodel.hardware.spec.content_key`).
     """
-    key = (id(hw), op_family, dtype)
+    key = (content_key(hw), op_family, dtype)
     hit = _CACHE.get(key)
-    if hit is not None and hit[0] is hw:
-        return hit[1]
+    if hit is not None:
+        return hit
     knobs = _resolve(hw, op_family, dtype)
-    if len(_CACHE) > 512:
+    if len(_CACHE) >= _CACHE_MAX:
         _CACHE.clear()
-    _CACHE[key] = (hw, knobs)
+    _CACHE[key] = knobs
     return knobs
 
 
@@ -153,4 +159,6 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam, arch=hw.arch,
         fill_waves=fill_waves, cta_bandwidth=cta_bw, tile_exponent=tile_exp,
         softmax_overlap=soft_ov, fa3_softmax_overlap=fa3_ov, paged_prefill_efficiency=paged,
+        memory_latency_s=(hw.memory.latency if hw.memory.latency is not None
+                          else fam.memory_latency_s),
     )

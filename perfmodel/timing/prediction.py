@@ -136,19 +136,25 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     part, or when both predicted utilisations are under 10 %; otherwise the larger of
     compute and memory. The ratio is that part over the larger of the other two.
     """
+    if (type(compute_s) is float and type(memory_s) is float and type(overhead_s) is float
+            and type(latency_s) is float and type(flops) is float and type(bytes_) is float):
+        return _build(op, hardware, dtype, compute_s, memory_s, overhead_s, latency_s, flops,
+                      bytes_, bytes_min, peak, bandwidth, ridge_point, stages, details, SCALAR)
     vals = [compute_s, memory_s, overhead_s, latency_s, flops, bytes_]
-    c: Any
-    m: Any
-    o: Any
-    lat: Any
-    f: Any
-    b: Any
     if all(getattr(v, "ndim", 0) == 0 for v in vals):
-        c, m, o, lat, f, b = (float(v) for v in vals)
-        ops: Ops = SCALAR
-    else:
-        c, m, o, lat, f, b = (np.asarray(v, dtype=np.float64) for v in vals)
-        ops = VECTOR
+        x = [float(v) for v in vals]
+        return _build(op, hardware, dtype, x[0], x[1], x[2], x[3], x[4], x[5], bytes_min, peak,
+                      bandwidth, ridge_point, stages, details, SCALAR)
+    a = [np.asarray(v, dtype=np.float64) for v in vals]
+    return _build(op, hardware, dtype, a[0], a[1], a[2], a[3], a[4], a[5], bytes_min, peak,
+                  bandwidth, ridge_point, stages, details, VECTOR)
+
+
+def _build(op: str, hardware: str, dtype: str, c: Any, m: Any, o: Any, lat: Any, f: Any,
+           b: Any, bytes_min: Any, peak: float, bandwidth: float, ridge_point: float,
+           stages: tuple[tuple[str, Prediction], ...], details: dict[str, Any] | None,
+           ops: Ops) -> Prediction:
+    """The rule of :func:`make_prediction` on floats (``SCALAR``) or arrays (``VECTOR``)."""
     tiny = 1e-30
     cu = f / (ops.maximum(lat, tiny) * peak)
     mu = b / (ops.maximum(lat, tiny) * bandwidth)
@@ -159,12 +165,18 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     other = ops.where(is_latency, ops.maximum(c, m),
                       ops.where(is_compute, ops.maximum(m, o), ops.maximum(c, o)))
     ratio = ops.maximum(dominant, tiny) / ops.maximum(other, tiny)
-    return Prediction(
-        op=op, hardware=hardware, dtype=dtype, latency_s=as_value(lat), compute_s=as_value(c),
-        memory_s=as_value(m), overhead_s=as_value(o), flops=as_value(f), bytes=as_value(b),
-        bytes_min=as_value(bytes_min), arithmetic_intensity=as_value(f / ops.maximum(b, tiny)),
-        ridge_point=float(ridge_point), compute_util=as_value(cu), memory_util=as_value(mu),
-        bottleneck=_as_label(label), bottleneck_ratio=as_value(ops.maximum(ratio, 1.0)),
-        stages=stages, details=dict(details or {}), peak=float(peak),
-        bandwidth=float(bandwidth),
-    )
+    fields = {
+        "op": op, "hardware": hardware, "dtype": dtype, "latency_s": as_value(lat),
+        "compute_s": as_value(c), "memory_s": as_value(m), "overhead_s": as_value(o),
+        "flops": as_value(f), "bytes": as_value(b), "bytes_min": as_value(bytes_min),
+        "arithmetic_intensity": as_value(f / ops.maximum(b, tiny)),
+        "ridge_point": float(ridge_point), "compute_util": as_value(cu),
+        "memory_util": as_value(mu), "bottleneck": _as_label(label),
+        "bottleneck_ratio": as_value(ops.maximum(ratio, 1.0)), "stages": stages,
+        "details": dict(details or {}), "peak": float(peak), "bandwidth": float(bandwidth),
+    }
+    # a frozen dataclass built without its __init__ (which sets each field through
+    # object.__setattr__): the same object, several µs sooner on the scalar path
+    pred = Prediction.__new__(Prediction)
+    pred.__dict__.update(fields)
+    return pred

@@ -1,0 +1,171 @@
+"""Predictions of a fixed random set of ops (every class, six GPUs, four run contexts) and of
+a few whole-model runs equal, to 1e-12 relative, the values recorded before the op-registry
+and speed refactor by ``scripts/refactor_snapshot.py`` (tests/fixtures/refactor_snapshot.json.gz).
+
+Deliberate changes, each a bug fix (the recorded values are the old, wrong ones):
+
+- ``ENGINE_PHASE``: an array of attention shapes mixing decode (seq_q = 1) and prefill rows,
+  with an engine, took the prefill call's bookkeeping constant for every row (the phase was
+  decided once for the whole array); each row now takes its own phase, as the same shape
+  predicted alone always did. The vectorised entries affected must equal the one-at-a-time
+  predictions instead.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.ops import (
+    Activation,
+    AllReduce,
+    Attention,
+    Elementwise,
+    Embedding,
+    Gemm,
+    Norm,
+    Rotary,
+    Softmax,
+)
+from perfmodel.timing import RunContext
+
+SNAPSHOT = Path(__file__).parent / "fixtures" / "refactor_snapshot.json.gz"
+DOC: dict[str, Any] = json.loads(gzip.decompress(SNAPSHOT.read_bytes()))
+CLASSES: dict[str, Any] = {c.__name__: c for c in (
+    Gemm, Attention, Elementwise, Norm, Activation, Rotary, Softmax, Embedding, AllReduce)}
+FIELDS = ("latency_s", "compute_s", "memory_s", "overhead_s", "flops", "bytes", "bytes_min")
+#: Shape arguments of each class (concatenated into arrays for the vectorised calls).
+SHAPES = {"Gemm": ("m", "n", "k", "batch"),
+          "Attention": ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
+                        "value_dim"),
+          "Elementwise": ("numel", "reads", "writes"), "Norm": ("tokens", "hidden"),
+          "Activation": ("tokens", "width"), "Rotary": ("tokens", "heads", "kv_heads",
+                                                          "head_dim"),
+          "Softmax": ("rows", "cols"), "Embedding": ("tokens", "hidden", "vocab"),
+          "AllReduce": ("numel", "gpus")}
+RTOL = 1e-12
+
+
+def _close(got: Any, want: Any) -> bool:
+    g = np.asarray(got, dtype=np.float64)
+    w = np.asarray(want, dtype=np.float64)
+    return bool(np.all(np.abs(g - w) <= RTOL * np.abs(w) + 1e-300))
+
+
+def _op(case: dict[str, Any]) -> Any:
+    return CLASSES[case["class"]](**case["args"])
+
+
+def _check(p: pm.Prediction, want: dict[str, Any], where: str) -> list[str]:
+    bad = [f"{where} {f}: {getattr(p, f)!r} != {want[f]!r}" for f in FIELDS
+           if not _close(getattr(p, f), want[f])]
+    if np.asarray(p.bottleneck).tolist() != want["bottleneck"]:
+        bad.append(f"{where} bottleneck: {p.bottleneck!r} != {want['bottleneck']!r}")
+    stages = {name: s.latency_s for name, s in p.stages}
+    if sorted(stages) != sorted(want["stages"]):
+        bad.append(f"{where} stages {sorted(stages)} != {sorted(want['stages'])}")
+    else:
+        bad += [f"{where} stage {n}" for n in stages if not _close(stages[n], want["stages"][n])]
+    return bad
+
+
+@pytest.mark.parametrize("gpu", DOC["gpus"])
+def test_one_op_at_a_time_unchanged(gpu: str) -> None:
+    hw = pm.load_hardware(gpu)
+    bad: list[str] = []
+    for rec in (r for r in DOC["ops"] if r["gpu"] == gpu):
+        case = DOC["cases"][rec["case"]]
+        ctx = RunContext(**DOC["contexts"][rec["context"]])
+        where = f"case {rec['case']} {case['class']} {rec['context']}"
+        try:
+            p = pm.predict(_op(case), hw, context=ctx)
+        except pm.PerfmodelError as exc:
+            if rec.get("error") != exc.field:
+                bad.append(f"{where}: raised {exc.field!r}, recorded {rec.get('error')!r}")
+            continue
+        if "error" in rec:
+            bad.append(f"{where}: predicted, recorded the error {rec['error']!r}")
+            continue
+        bad += _check(p, rec, where)
+    assert not bad, "\n".join(bad[:20]) + f"\n({len(bad)} differences)"
+
+
+def _array_op(group: dict[str, Any]) -> Any:
+    members = [DOC["cases"][i]["args"] for i in group["cases"]]
+    shape = SHAPES[group["class"]]
+    args = {k: (np.asarray([m[k] for m in members], dtype=np.float64) if k in shape else v)
+            for k, v in members[0].items()}
+    return CLASSES[group["class"]](**args)
+
+
+def _engine_phase_fix(group: dict[str, Any]) -> bool:
+    """A vectorised attention call mixing decode and prefill rows under an engine."""
+    if group["class"] != "Attention" or not DOC["contexts"][group["context"]].get("engine"):
+        return False
+    decode = {DOC["cases"][i]["args"]["seq_q"] == 1 for i in group["cases"]}
+    return len(decode) == 2
+
+
+@pytest.mark.parametrize("gpu", DOC["gpus"])
+def test_vectorised_calls_unchanged(gpu: str) -> None:
+    hw = pm.load_hardware(gpu)
+    singles = {(r["case"], r["context"]): r for r in DOC["ops"] if r["gpu"] == gpu}
+    bad: list[str] = []
+    fixed = 0
+    for rec in (r for r in DOC["vectors"] if r["gpu"] == gpu):
+        ctx = RunContext(**DOC["contexts"][rec["context"]])
+        where = f"{rec['class']} x{len(rec['cases'])} {rec['context']}"
+        try:
+            p = pm.predict(_array_op(rec), hw, context=ctx)
+        except pm.PerfmodelError as exc:
+            if rec.get("error") != exc.field:
+                bad.append(f"{where}: raised {exc.field!r}, recorded {rec.get('error')!r}")
+            continue
+        if "error" in rec:
+            bad.append(f"{where}: predicted, recorded the error {rec['error']!r}")
+            continue
+        if _engine_phase_fix(rec):
+            # ENGINE_PHASE (module doc): each row as predicted alone
+            fixed += 1
+            for j, i in enumerate(rec["cases"]):
+                one = singles[(i, rec["context"])]
+                bad += [f"{where} row {j} {f}" for f in FIELDS
+                        if not _close(np.asarray(getattr(p, f))[j], one[f])]
+            continue
+        bad += _check(p, rec, where)
+    assert not bad, "\n".join(bad[:20]) + f"\n({len(bad)} differences)"
+
+
+@pytest.mark.parametrize("case", DOC["models"], ids=lambda c: f"{c['config']}-{c['hw']}")
+def test_model_predictions_unchanged(case: dict[str, Any]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = pm.predict_model(case["config"], case["hw"], **case["kw"])
+    bad = [f for f in ("latency_s", "ttft_s", "tpot_s", "e2e_s", "tokens_per_s")
+           if not np.allclose(getattr(r, f), case[f], rtol=RTOL, atol=0.0, equal_nan=True)]
+    rows = {row.name: row.latency_s for row in r.ops}
+    assert sorted(rows) == sorted(case["ops"])
+    bad += [f"ops.{n}" for n in rows if not _close(rows[n], case["ops"][n])]
+    for ph in (r.prefill, r.decode):
+        if ph is None:
+            continue
+        for row in ph.ops:
+            got = [getattr(row, f) for f in ("latency_s", "compute_s", "memory_s",
+                                              "overhead_s", "flops", "bytes")]
+            if not _close(got, case[ph.phase][row.name]):
+                bad.append(f"{ph.phase}.{row.name}")
+    assert not bad, bad
+
+
+def test_snapshot_covers_every_class_and_some_errors() -> None:
+    classes = {DOC["cases"][r["case"]]["class"] for r in DOC["ops"] if "error" not in r}
+    assert classes == set(CLASSES)
+    assert {r["class"] for r in DOC["vectors"] if "error" not in r} == set(CLASSES)
+    assert any("error" in r for r in DOC["ops"])
