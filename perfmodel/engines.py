@@ -111,11 +111,12 @@ _VARLEN_SPLITS = "gqa"
 
 # --------------------------------------------------------------------------- attention
 def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0,
-                     kv_dtype: str = "bf16") -> AttentionChoice:
+                     kv_dtype: str = "bf16", group: float = 0.0) -> AttentionChoice:
     """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
 
-    TRT-LLM: fmha_v2 context kernels and XQA decode before Blackwell, trtllm-gen on
-    Blackwell; vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
+    TRT-LLM: fmha_v2 context kernels and XQA decode before Blackwell (its masked-MHA
+    kernel when ``group``, the query heads per KV head, is 1), trtllm-gen on Blackwell;
+    vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
     FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
     SGLang: FlashAttention (SM80 path) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada.
@@ -128,6 +129,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     if eng == "trtllm":
         if blackwell:
             return AttentionChoice("trtllm-gen", rope=not decode, source=_AIC)
+        if decode and group == 1.0:  # one query head per KV head: the masked-MHA kernel
+            return AttentionChoice("mmha", source=_AIC + "; XQA serves grouped heads only")
         return AttentionChoice("xqa" if decode else "fmha-v2", rope=not decode, source=_AIC)
     if eng == "vllm":
         if blackwell:
@@ -160,11 +163,11 @@ _ATTN_LABELS = {
 
 
 def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
-                               head_dim: float = 128.0,
-                               kv_dtype: str = "bf16") -> AttentionChoice:
+                               head_dim: float = 128.0, kv_dtype: str = "bf16",
+                               group: float = 0.0) -> AttentionChoice:
     """The choice for a call whose dispatched kernel was recorded as ``label``; an empty
     or engine-generic label falls back to :func:`attention_kernel`."""
-    base = attention_kernel(engine, arch, phase, head_dim, kv_dtype)
+    base = attention_kernel(engine, arch, phase, head_dim, kv_dtype, group)
     impl = _ATTN_LABELS.get(label.strip().lower())
     if impl is None:
         return base

@@ -327,7 +327,9 @@ def _batch_key(row: Measurement) -> tuple[Any, ...]:
         return (row.op, row.dtype, "bias=y" in row.notes.lower() or "bias=true" in
                 row.impl.lower(), *labels)
     path, splits, _ = kernel_path(row.impl, row.phase)
-    return (row.op, row.dtype, row.causal, path, splits, row.phase, *labels)
+    # an engine may dispatch another kernel when each KV head has one query head
+    mha = bool(row.engine) and row.heads == (row.kv_heads or row.heads)
+    return (row.op, row.dtype, row.causal, path, splits, row.phase, mha, *labels)
 
 
 def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
@@ -393,7 +395,8 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
     if first.engine:
         attn = attention_kernel_for_label(first.engine, first.kernel, spec.arch,
                                           first.phase, float(np.max(head_dim)),
-                                          first.kv_dtype or dtype)
+                                          first.kv_dtype or dtype,
+                                          1.0 if key[6] else 0.0)
         impl, kv_write, rope = attn.impl, attn.kv_write, attn.rope
         splits = attn.num_splits
         rule = (f"{first.engine} {impl}" + (" + KV write" if kv_write else "")

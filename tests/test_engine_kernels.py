@@ -216,6 +216,13 @@ def test_context_rejects_nonsense() -> None:
 def test_engine_kernel_choices_per_architecture() -> None:
     assert attention_kernel("trtllm", "hopper", "prefill").impl == "fmha-v2"
     assert attention_kernel("trtllm", "hopper", "decode").impl == "xqa"
+    # one query head per KV head: TRT-LLM's masked-MHA decode kernel, grouped heads: XQA
+    assert attention_kernel("trtllm", "ampere", "decode", group=1.0).impl == "mmha"
+    assert attention_kernel("trtllm", "hopper", "decode", group=8.0).impl == "xqa"
+    assert attention_kernel("trtllm", "hopper", "prefill", group=1.0).impl == "fmha-v2"
+    assert attention_kernel("trtllm", "blackwell", "decode", group=1.0).impl == "trtllm-gen"
+    assert attention_kernel_for_label("trtllm", "torch_flow", "ada", "decode",
+                                      group=1.0).impl == "mmha"
     assert attention_kernel("trtllm", "blackwell", "decode").impl == "trtllm-gen"
     assert attention_kernel("vllm", "hopper", "prefill", head_dim=512).impl == "flash4"
     assert attention_kernel("sglang", "ada", "decode").impl == "flashinfer"
@@ -296,6 +303,15 @@ def test_engine_host_time_rejects_nonsense(bad: object) -> None:
     with pytest.raises(PerfmodelError, match="step_overhead_s"):
         pm.predict_model("llama-3.1-8b", "h100-sxm", phase="decode", batch=1,
                          context_len=100, engine="trtllm", step_overhead_s=bad)  # type: ignore[arg-type]
+
+
+def test_trtllm_model_decode_picks_mmha_only_without_grouped_heads() -> None:
+    kw: dict[str, Any] = {"phase": "decode", "batch": 8, "context_len": 2048,
+                          "engine": "trtllm"}
+    mha = pm.predict_model("llama-2-7b", "h100-sxm", **kw)       # 32 heads, 32 KV heads
+    gqa = pm.predict_model("llama-3.1-8b", "h100-sxm", **kw)     # 32 heads, 8 KV heads
+    assert any("runs mmha" in a for a in mha.assumptions)
+    assert any("runs xqa" in a for a in gqa.assumptions)
 
 
 # ------------------------------------------------------------------------ monotonicity

@@ -232,7 +232,7 @@ def _build_attention(a: argparse.Namespace) -> Op:
     if a.engine:
         phase = "decode" if a.seq_q == 1 else "prefill"
         choice = attention_kernel(a.engine, a.arch_for_engine, phase, a.head_dim,
-                                  a.kv_dtype or a.dtype)
+                                  a.kv_dtype or a.dtype, a.heads / (a.kv_heads or a.heads))
         impl = a.impl or choice.impl
         kv_write, rope = kv_write or choice.kv_write, rope or choice.rope
         if splits == "auto":

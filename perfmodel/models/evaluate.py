@@ -173,8 +173,11 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
         decode = bool(np.all(np.asarray(args["seq_q"]) == 1))
         head_dim = float(np.max(np.asarray(args["head_dim"])))
         kvd = str(args.get("kv_dtype") or args["dtype"])
+        heads = np.asarray(args["heads"], dtype=np.float64)
+        kv_heads = np.asarray(args.get("kv_heads") or args["heads"], dtype=np.float64)
+        group = float(np.max(heads / kv_heads))
         choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
-                                  head_dim, kvd)
+                                  head_dim, kvd, group)
         new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
                "num_splits": choice.num_splits}
         return dataclasses.replace(g, args=new), (
