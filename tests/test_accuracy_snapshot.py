@@ -21,7 +21,8 @@ MARGIN = (0.02, 0.05)
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the public data set (../shared) is absent")
 def test_no_group_gets_worse_than_the_snapshot() -> None:
     snap = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
-    paths = sorted(SHARED.glob("*.csv")) + sorted(SHARED.glob("aic/*.csv"))
+    paths = (sorted(SHARED.glob("*.csv")) + sorted(SHARED.glob("aic/*.csv"))
+             + sorted(SHARED.glob("aic/comm/*.csv")))
     assert [p.name for p in paths] == snap["files"]
     result = run_validation(paths)
     now = {g.label: g for g in result.groups}
