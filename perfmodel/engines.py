@@ -16,6 +16,7 @@ whole-model prediction :func:`attention_kernel` / :func:`gemm_kernel` choose it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from perfmodel._errors import PerfmodelError
 
@@ -55,8 +56,9 @@ REQUEST_OVERHEAD_S = 0
 STEP_OVERHEAD_SOURCE = "fitted: benchmarks/serving (scripts/serving_accuracy.py --fit)"
 
 
-def step_overhead(engine: str, sequences: float = 0.0) -> float:
-    """Host time of one engine step running ``sequences`` sequences, seconds:
+def step_overhead(engine: str, sequences: Any = 0.0) -> Any:
+    """Host time of one engine step running ``sequences`` sequences (a number or an array),
+    seconds:
     ``STEP_OVERHEAD_S + STEP_OVERHEAD_PER_SEQ_S · sequences``; 0 for ``none``
     (engine-neutral: kernels back to back)."""
     if normalize_engine(engine) == "none":

@@ -179,14 +179,15 @@ def resolve_dtypes(cfg: TransformerConfig, hw: HardwareSpec, weight: str | None 
 
 
 def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str],
-                 mem: MemoryEstimate, points: int, host: float = 0.0) -> tuple[str, ...]:
+                 mem: MemoryEstimate, points: int, host: Any = 0.0) -> tuple[str, ...]:
     out = []
     if phase in ("prefill", "generate"):
         out.append("TTFT = whole-prompt prefill of all sequences at once (no chunking, no "
                    "queueing), logits for the last position only")
     if phase in ("decode", "generate"):
         out.append("decode step: every sequence at the same context; kernels back to back"
-                   + (" after the host time of the step" if host > 0.0 else " (no host gaps)"))
+                   + (" after the host time of the step" if np.any(np.asarray(host) > 0.0)
+                      else " (no host gaps)"))
     if phase == "generate":
         out.append(f"TPOT = mean step time over contexts P+1..P+G-1 (excludes the first token),"
                    f" trapezoid rule over {points} points; e2e = TTFT + (G-1)·TPOT; "
@@ -205,16 +206,17 @@ def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str
     return tuple(out)
 
 
-def _host_overhead(engine: str, given: float | None) -> float:
-    """Host seconds per pass: ``given`` (finite, ≥ 0) or the engine's default."""
+def _host_overhead(engine: str, given: float | None, batch: Array) -> Array:
+    """Host seconds per pass of ``batch`` sequences: ``given`` (finite, ≥ 0) or the
+    engine's default (:func:`perfmodel.engines.step_overhead`)."""
     if given is None:
-        return step_overhead(engine)
+        return np.asarray(step_overhead(engine, batch), dtype=np.float64)
     if isinstance(given, bool) or not isinstance(given, (int, float)) \
             or not math.isfinite(given) or given < 0.0 or given > 10.0:
         raise PerfmodelError("step_overhead_s", f"must be a number of seconds in [0, 10], "
                              f"got {given!r}", "e.g. 0.001 (1 ms)")
     normalize_engine(engine)
-    return float(given)
+    return np.asarray(float(given))
 
 
 def _bounded(value: Any, name: str, maximum: float, minimum: float = 1.0,
@@ -317,7 +319,6 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     if isinstance(decode_points, bool) or not isinstance(decode_points, int) or decode_points < 2:
         raise PerfmodelError("decode_points", "must be an integer ≥ 2", "e.g. 5")
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
-    host = _host_overhead(engine, step_overhead_s)
 
     def need(value: Any, name: str) -> Array:
         if value is None:
@@ -326,6 +327,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
 
     nan = np.nan
     b = _bounded(batch, "batch", MAX_BATCH, cap="MAX_BATCH")
+    host = _host_overhead(engine, step_overhead_s, b)
     t = _bounded(tp, "tp", MAX_TP, cap="MAX_TP")
     c0 = _bounded(cached_prefix, "cached_prefix", MAX_TOKENS, minimum=0.0, cap="MAX_TOKENS")
     prefill_res = decode_res = None
@@ -380,10 +382,10 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     window = check_context(cfg, ctx, strict=strict)
     if window:
         notes = [*notes, window]
-    if host > 0.0:
+    if np.any(host > 0.0):
         source = STEP_OVERHEAD_SOURCE if step_overhead_s is None else "given"
-        notes = [*notes, f"engine host time {host * 1e3:.3g} ms per pass (prefill, each "
-                 f"decode step): {source}"]
+        notes = [*notes, f"engine host time {float(np.max(host)) * 1e3:.3g} ms per pass "
+                 f"(prefill, each decode step): {source}"]
     return ModelPrediction(
         model=cfg.name, hardware=spec.id, phase=phase, batch=as_value(b * np.ones(shape)),
         prompt_len=as_value(p_len), context_len=as_value(ctx * np.ones(shape)),

@@ -139,11 +139,13 @@ def aggregate(timing: GraphTiming, phase: str, weights: Array | None = None) -> 
     return PhaseResult(phase=phase, ops=rows_out, **{f: value(total[f]) for f in NUMERIC})
 
 
-def with_host(res: PhaseResult, host_s: float, name: str = "engine step (host)") -> PhaseResult:
+def with_host(res: PhaseResult, host_s: Any, name: str = "engine step (host)") -> PhaseResult:
     """``res`` with a row for the engine's host time per pass (scheduler, input preparation,
-    sampling: the GPU idle between one pass's kernels and the next), ``host_s`` seconds,
-    counted as fixed overhead (bottleneck ``latency``); the other rows' shares rescaled."""
-    if host_s <= 0.0:
+    sampling: the GPU idle between one pass's kernels and the next), ``host_s`` seconds (a
+    number or an array broadcastable to the pass's points), counted as fixed overhead
+    (bottleneck ``latency``); the other rows' shares rescaled."""
+    host_s = np.asarray(host_s, dtype=np.float64)
+    if not np.any(host_s > 0.0):
         return res
     total = np.asarray(res.latency_s) + host_s
     zero = value(np.zeros_like(total))
