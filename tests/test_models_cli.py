@@ -97,3 +97,21 @@ def test_bad_config_file_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Pa
                         "--gen", "2")
     assert code == 2
     assert "num_kv_heads (5) does not divide num_heads (32)" in err
+
+
+def test_engine_host_time_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """--step-overhead-ms sets the host time of every pass under --engine: with 4 ms
+    instead of 0 ms the TTFT grows by 4 ms and the end-to-end by 4 ms per pass (1 + 15)."""
+    base = ("model", "llama-3.1-8b", "--gpu", "h100-sxm", "--prompt", "512", "--gen", "16",
+            "--engine", "vllm", "--json")
+    code0, out0, err0 = _run(capsys, *base, "--step-overhead-ms", "0")
+    code4, out4, err4 = _run(capsys, *base, "--step-overhead-ms", "4")
+    assert code0 == 0, err0
+    assert code4 == 0, err4
+    d0, d4 = json.loads(out0), json.loads(out4)
+    assert d4["ttft_s"] - d0["ttft_s"] == pytest.approx(4e-3, rel=1e-9)
+    assert d4["e2e_s"] - d0["e2e_s"] == pytest.approx(16 * 4e-3, rel=1e-9)
+    for bad in ("-1", "nan", "1e9", "fast"):
+        code, _, err = _run(capsys, *base, "--step-overhead-ms", bad)
+        assert code == 2
+        assert "--step-overhead-ms" in err

@@ -84,6 +84,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def host_ms(text: str) -> float:
+    """Milliseconds of host time per engine step, finite, in [0, 10,000] (argparse type)."""
+    shown = clip_message(repr(text), 60)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of ms, got {shown}") from None
+    if not math.isfinite(value) or not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected milliseconds in [0, 10000], got {shown}")
+    return value
+
+
 def fraction(text: str) -> float:
     """A number in [0, 1) (argparse type)."""
     shown = clip_message(repr(text), 60)

@@ -26,6 +26,7 @@ from perfmodel.cli._model_args import (
     fmt_rate,
     fmt_time,
     gpu_list,
+    host_ms,
     table,
     token_int,
     tp_int,
@@ -76,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "part of --prompt, so the prefill computes P - C tokens; C < P")
     p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs")
     add_dtype_flags(p)
+    p.add_argument("--step-overhead-ms", type=host_ms, metavar="MS",
+                   help="host time per pass (prefill, each decode step) under --engine, "
+                   "instead of the engine's fitted figure (perfmodel.engines.STEP_OVERHEAD_S)")
     add_memory_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--plot", metavar="OUT.png", type=plot_path,
@@ -111,7 +115,9 @@ def _list(as_json: bool) -> int:
 def _predict(cfg: TransformerConfig, gpu: str, args: argparse.Namespace) -> ModelPrediction:
     return predict_model(cfg, gpu, phase="generate", batch=args.batch, prompt_len=args.prompt,
                          gen_len=args.gen, cached_prefix=args.cached_prefix, tp=args.tp,
-                         strict=args.strict, **dtype_options(args))
+                         strict=args.strict, **dtype_options(args),
+                         step_overhead_s=None if args.step_overhead_ms is None
+                         else args.step_overhead_ms / 1e3)
 
 
 def _suggest_tp(cfg: TransformerConfig, pred: ModelPrediction) -> str:
