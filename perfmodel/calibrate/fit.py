@@ -336,6 +336,22 @@ def _stats(pred: Array, meas: Array) -> tuple[float, float]:
     return float(np.median(ape)), float(np.percentile(ape, 90))
 
 
+def errors_before_after(data: Dataset, before: Array, after: Array
+                        ) -> tuple[dict[str, float], dict[str, float]]:
+    """Median and p90 APE of ``before`` and ``after`` (predicted seconds per row) over all
+    rows and per (family, dtype): keys ``<group>.median_ape`` / ``<group>.p90_ape``."""
+    err_b: dict[str, float] = {}
+    err_a: dict[str, float] = {}
+    groups = {"all": np.ones(len(data), dtype=bool)}
+    for family, dtype in sorted({(r.family, r.dtype) for r in data.rows}):
+        groups[f"{family}/{dtype}"] = data.family_mask(family, dtype)
+    for name, mask in groups.items():
+        for errs, pred in ((err_b, before), (err_a, after)):
+            errs[f"{name}.median_ape"], errs[f"{name}.p90_ape"] = _stats(
+                pred[mask], data.measured_s[mask])
+    return err_b, err_a
+
+
 def residual_table(x: Array, e: Array, taper: float = 0.5,
                    max_knots: int = 12) -> list[list[float]]:
     """A residual table [[x, r], ...] from sizes ``x`` (log10) and log ratios ``e``
@@ -605,18 +621,8 @@ def fit(data: Dataset, hw: HardwareSpec, *, f_scale: float = 0.1, prior: float =
     tables = fit_residuals(data, spec, mode=residual_mode(residual), constants=constants)
     spec = apply_params(spec, {}, tables)
     base = uncalibrated(hw)
-    before = data.predict(base, constants)
-    after = data.predict(spec, constants)
-    err_b: dict[str, float] = {}
-    err_a: dict[str, float] = {}
-    groups = {"all": np.ones(len(data), dtype=bool)}
-    for family, dtype in sorted({(r.family, r.dtype) for r in data.rows}):
-        groups[f"{family}/{dtype}"] = data.family_mask(family, dtype)
-    for name, mask in groups.items():
-        mb, pb = _stats(before[mask], data.measured_s[mask])
-        ma, pa = _stats(after[mask], data.measured_s[mask])
-        err_b[f"{name}.median_ape"], err_b[f"{name}.p90_ape"] = mb, pb
-        err_a[f"{name}.median_ape"], err_a[f"{name}.p90_ape"] = ma, pa
+    err_b, err_a = errors_before_after(data, data.predict(base, constants),
+                                       data.predict(spec, constants))
     return FitResult(keys=tuple(keys), n=len(data), error_before=err_b, error_after=err_a,
                      skipped=tuple(skipped), residuals=tables,
                      constants=dict(spec.calibration.constants) if spec.calibration else {})

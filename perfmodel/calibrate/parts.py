@@ -43,6 +43,7 @@ from perfmodel.calibrate.fit import (
     FitResult,
     KeyFit,
     apply_params,
+    errors_before_after,
     fit_family,
     fit_residuals,
     residual_mode,
@@ -296,18 +297,8 @@ def fit_parts(data: Dataset, hw: HardwareSpec, *, base: Constants | None = None,
         provenance[f"constants.{name}"] = f"fitted: {len(data)} rows ({sources})"
     tables = fit_residuals(data, spec, mode=residual_mode(residual), constants=base)
     spec = apply_params(spec, {}, tables)
-    before = data.predict(plain, base)
-    after = data.predict(spec, base)
-    err_b: dict[str, float] = {}
-    err_a: dict[str, float] = {}
-    masks = {"all": np.ones(len(data), dtype=bool)}
-    for family, dtype in sorted({(r.family, r.dtype) for r in data.rows}):
-        masks[f"{family}/{dtype}"] = data.family_mask(family, dtype)
-    for name, mask in masks.items():
-        for errs, pred in ((err_b, before), (err_a, after)):
-            ape = np.abs(pred[mask] / data.measured_s[mask] - 1.0)
-            errs[f"{name}.median_ape"] = float(np.median(ape))
-            errs[f"{name}.p90_ape"] = float(np.percentile(ape, 90))
+    err_b, err_a = errors_before_after(data, data.predict(plain, base),
+                                       data.predict(spec, base))
     return FitResult(keys=tuple(keys), n=len(data), error_before=err_b, error_after=err_a,
                      skipped=tuple(skipped), residuals=tables, constants=consts,
                      provenance=provenance)
