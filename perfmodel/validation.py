@@ -53,6 +53,7 @@ __all__ = [
     "dtype_rule",
     "error_stats",
     "group_key",
+    "group_label",
     "group_results",
     "in_sample",
     "kernel_path",
@@ -200,6 +201,24 @@ def group_key(row: Measurement, spec_id: str) -> tuple[str, ...]:
             row.kernel)
 
 
+def group_label(spec: str, source: str, op: str, phase: str, dtype: str, kv_dtype: str,
+                quant: str, kernel: str) -> str:
+    """A validation group's name, ``spec/source/op[/phase]/dtype[/kv=..][/q=..][/kernel]``:
+    the phase of attention only, the KV dtype where it differs, a quantization scheme and
+    the recorded kernel where there are any."""
+    parts = [spec, source, op]
+    if phase and op == "attention":
+        parts.append(phase)
+    parts.append(dtype)
+    if kv_dtype and kv_dtype != dtype:
+        parts.append(f"kv={kv_dtype}")
+    if quant and quant != "none":
+        parts.append(f"q={quant}")
+    if kernel:
+        parts.append(kernel)
+    return "/".join(parts)
+
+
 @dataclass(frozen=True)
 class GroupResult:
     """Statistics of one group (:func:`group_key`), ours and the bare roofline's."""
@@ -227,17 +246,8 @@ class GroupResult:
     @property
     def label(self) -> str:
         """``spec/source/op[/phase]/dtype[/kv=..][/q=..][/kernel]``."""
-        parts = [self.spec, self.source, self.op]
-        if self.phase and self.op == "attention":
-            parts.append(self.phase)
-        parts.append(self.dtype)
-        if self.kv_dtype and self.kv_dtype != self.dtype:
-            parts.append(f"kv={self.kv_dtype}")
-        if self.quant and self.quant != "none":
-            parts.append(f"q={self.quant}")
-        if self.kernel:
-            parts.append(self.kernel)
-        return "/".join(parts)
+        return group_label(self.spec, self.source, self.op, self.phase, self.dtype,
+                           self.kv_dtype, self.quant, self.kernel)
 
     def to_dict(self) -> dict[str, Any]:
         return {"spec": self.spec, "source": self.source, "op": self.op, "dtype": self.dtype,

@@ -60,6 +60,7 @@ from perfmodel.calibrate.fit import apply_params, fit_auto, uncalibrated
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.measurements import is_suspect
 from perfmodel.ops.cost import Array
+from perfmodel.validation import group_label as validation_group_label
 
 __all__ = ["METHODS", "PICKS", "GroupEval", "dense_ceiling", "design_fit_shapes",
            "evaluate_group", "evaluate_public", "group_label", "markdown_table",
@@ -322,17 +323,8 @@ def group_label(row: Row) -> str:
     if not _engine_row(row):
         return "/".join(row.group)
     m = row.measurement()
-    parts = [row.spec, row.source, row.op]
-    if m.phase and row.op == "attention":
-        parts.append(m.phase)
-    parts.append(row.dtype)
-    if m.kv_dtype and m.kv_dtype != row.dtype:
-        parts.append(f"kv={m.kv_dtype}")
-    if m.quant and m.quant != "none":
-        parts.append(f"q={m.quant}")
-    if m.kernel:
-        parts.append(m.kernel)
-    return "/".join(parts)
+    return validation_group_label(row.spec, row.source, row.op, m.phase, row.dtype,
+                                  m.kv_dtype, m.quant, m.kernel)
 
 
 def _engine_row(row: Row) -> bool:
