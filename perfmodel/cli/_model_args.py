@@ -73,12 +73,19 @@ def add_strict_flag(p: argparse.ArgumentParser) -> None:
                    "unknown model type, a peak that cannot be cross-checked")
 
 
-def positive_float(text: str) -> float:
+def _number(text: str, unit: str = "") -> tuple[float, str]:
+    """``text`` as a float and as shown in an error (argparse types); not a number: an
+    ArgumentTypeError "expected a number[ of <unit>]"."""
     shown = clip_message(repr(text), 60)
     try:
-        value = float(text)
+        return float(text), shown
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {shown}") from None
+        what = f"a number of {unit}" if unit else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {shown}") from None
+
+
+def positive_float(text: str) -> float:
+    value, shown = _number(text)
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {shown}")
     return value
@@ -86,11 +93,7 @@ def positive_float(text: str) -> float:
 
 def host_ms(text: str) -> float:
     """Milliseconds of host time per engine step, finite, in [0, 10,000] (argparse type)."""
-    shown = clip_message(repr(text), 60)
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of ms, got {shown}") from None
+    value, shown = _number(text, "ms")
     if not math.isfinite(value) or not 0 <= value <= 10_000:
         raise argparse.ArgumentTypeError(f"expected milliseconds in [0, 10000], got {shown}")
     return value
@@ -98,11 +101,7 @@ def host_ms(text: str) -> float:
 
 def fraction(text: str) -> float:
     """A number in [0, 1) (argparse type)."""
-    shown = clip_message(repr(text), 60)
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {shown}") from None
+    value, shown = _number(text)
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {shown}")
     return value
@@ -110,11 +109,7 @@ def fraction(text: str) -> float:
 
 def gib(text: str) -> float:
     """GiB ≥ 0, at most 2²⁰ GiB (argparse type)."""
-    shown = clip_message(repr(text), 60)
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of GiB, got {shown}") from None
+    value, shown = _number(text, "GiB")
     if not math.isfinite(value) or not 0 <= value <= 2**20:
         raise argparse.ArgumentTypeError(f"expected GiB in [0, 1048576], got {shown}")
     return value
