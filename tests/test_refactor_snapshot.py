@@ -76,6 +76,22 @@ def _check(p: pm.Prediction, want: dict[str, Any], where: str) -> list[str]:
     return bad
 
 
+def _predicted(make: Any, spec: dict[str, Any], hw: Any, ctx: RunContext,
+               rec: dict[str, Any], where: str, bad: list[str]) -> Any:
+    """The prediction of ``make(spec)``, or None when it raised or the record holds an error
+    (a mismatch between the two is added to ``bad``)."""
+    try:
+        p = pm.predict(make(spec), hw, context=ctx)
+    except pm.PerfmodelError as exc:
+        if rec.get("error") != exc.field:
+            bad.append(f"{where}: raised {exc.field!r}, recorded {rec.get('error')!r}")
+        return None
+    if "error" in rec:
+        bad.append(f"{where}: predicted, recorded the error {rec['error']!r}")
+        return None
+    return p
+
+
 @pytest.mark.parametrize("gpu", DOC["gpus"])
 def test_one_op_at_a_time_unchanged(gpu: str) -> None:
     hw = pm.load_hardware(gpu)
@@ -84,14 +100,8 @@ def test_one_op_at_a_time_unchanged(gpu: str) -> None:
         case = DOC["cases"][rec["case"]]
         ctx = RunContext(**DOC["contexts"][rec["context"]])
         where = f"case {rec['case']} {case['class']} {rec['context']}"
-        try:
-            p = pm.predict(_op(case), hw, context=ctx)
-        except pm.PerfmodelError as exc:
-            if rec.get("error") != exc.field:
-                bad.append(f"{where}: raised {exc.field!r}, recorded {rec.get('error')!r}")
-            continue
-        if "error" in rec:
-            bad.append(f"{where}: predicted, recorded the error {rec['error']!r}")
+        p = _predicted(_op, case, hw, ctx, rec, where, bad)
+        if p is None:
             continue
         bad += _check(p, rec, where)
     assert not bad, "\n".join(bad[:20]) + f"\n({len(bad)} differences)"
@@ -122,14 +132,8 @@ def test_vectorised_calls_unchanged(gpu: str) -> None:
     for rec in (r for r in DOC["vectors"] if r["gpu"] == gpu):
         ctx = RunContext(**DOC["contexts"][rec["context"]])
         where = f"{rec['class']} x{len(rec['cases'])} {rec['context']}"
-        try:
-            p = pm.predict(_array_op(rec), hw, context=ctx)
-        except pm.PerfmodelError as exc:
-            if rec.get("error") != exc.field:
-                bad.append(f"{where}: raised {exc.field!r}, recorded {rec.get('error')!r}")
-            continue
-        if "error" in rec:
-            bad.append(f"{where}: predicted, recorded the error {rec['error']!r}")
+        p = _predicted(_array_op, rec, hw, ctx, rec, where, bad)
+        if p is None:
             continue
         if _engine_phase_fix(rec):
             # ENGINE_PHASE (module doc): each row as predicted alone

@@ -189,13 +189,14 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
                  "fp4": "nvfp4"}.get(w)
         if quant is not None and w in hw.peaks and (w != "fp4" or hw.arch == "blackwell"):
             gemm = gemm_kernel(engine, hw.arch, quant)
+            fused = fused_quantize(engine, quant)
             new = {**args, "quant": quant, "impl": gemm.impl,
-                   "quantize_input": gemm.quantize_input and not fused_quantize(engine, quant),
+                   "quantize_input": gemm.quantize_input and not fused,
                    "out_dtype": args.get("out_dtype") or "bf16"}
             return dataclasses.replace(g, args=new), (
                 f"{engine}: {w} GEMMs run {gemm.impl} with {quant} scales, activations "
-                + ("quantized by the kernel before (norm, activation)"
-                   if fused_quantize(engine, quant) else "quantized in the call"))
+                + ("quantized by the kernel before (norm, activation)" if fused
+                   else "quantized in the call"))
     if g.kind is Rotary and engine == "trtllm":
         return dataclasses.replace(g, count=0.0 * np.asarray(g.count)), (
             "trtllm: RoPE runs inside the attention pre-processing kernel")
