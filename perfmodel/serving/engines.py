@@ -100,19 +100,15 @@ class EngineConfig:
             raise PerfmodelError("batch_wait_iters", "must be ≥ 0", "e.g. 0")
 
 
-#: Host overheads: one table, in :mod:`perfmodel.engines` (fitted: benchmarks/serving by
-#: scripts/serving_accuracy.py --fit; see the README's Serving section for the held-out
-#: figure), so ``perfmodel model --engine`` and the simulator charge the same step.
-_STEP_OVERHEAD_S = STEP_OVERHEAD_S
-_STEP_OVERHEAD_PER_SEQ_S = STEP_OVERHEAD_PER_SEQ_S
-_REQUEST_OVERHEAD_S = REQUEST_OVERHEAD_S
-
+# Host overheads come from one table, in perfmodel.engines (fitted: benchmarks/serving by
+# scripts/serving_accuracy.py --fit; the README's Serving section gives the held-out
+# figure), so ``perfmodel model --engine`` and the simulator charge the same step.
 _VLLM = EngineConfig(
     name="vllm", policy="decode_first", kv_policy="lazy",
     max_num_batched_tokens=8192, max_num_seqs=1024, chunked_prefill=True, block_size=16,
     memory_fraction=0.9, memory_rule="of_total",
-    step_overhead_s=_STEP_OVERHEAD_S, step_overhead_per_seq_s=_STEP_OVERHEAD_PER_SEQ_S,
-    request_overhead_s=_REQUEST_OVERHEAD_S, fuse_allreduce=False,
+    step_overhead_s=STEP_OVERHEAD_S, step_overhead_per_seq_s=STEP_OVERHEAD_PER_SEQ_S,
+    request_overhead_s=REQUEST_OVERHEAD_S, fuse_allreduce=False,
     sources=(
         "cited: vllm/engine/arg_utils.py get_batch_defaults (v0.10-0.11): OpenAI server "
         "max_num_batched_tokens 8192 and max_num_seqs 1024 on GPUs with ≥ 70 GiB other "
@@ -126,8 +122,8 @@ _TRTLLM = EngineConfig(
     name="trtllm", policy="decode_first", kv_policy="reserve",
     max_num_batched_tokens=8192, max_num_seqs=2048, chunked_prefill=False, block_size=32,
     memory_fraction=0.9, memory_rule="of_free",
-    step_overhead_s=_STEP_OVERHEAD_S, step_overhead_per_seq_s=_STEP_OVERHEAD_PER_SEQ_S,
-    request_overhead_s=_REQUEST_OVERHEAD_S, fuse_allreduce=True,
+    step_overhead_s=STEP_OVERHEAD_S, step_overhead_per_seq_s=STEP_OVERHEAD_PER_SEQ_S,
+    request_overhead_s=REQUEST_OVERHEAD_S, fuse_allreduce=True,
     sources=(
         "cited: TensorRT-LLM BuildConfig max_batch_size 2048, max_num_tokens 8192; "
         "KvCacheConfig free_gpu_memory_fraction 0.9 of the memory free after loading, "
@@ -145,8 +141,8 @@ _SGLANG = EngineConfig(
     name="sglang", policy="prefill_first", kv_policy="lazy",
     max_num_batched_tokens=8192, max_num_seqs=4096, chunked_prefill=True, block_size=1,
     memory_fraction=0.88, memory_rule="of_total",
-    step_overhead_s=_STEP_OVERHEAD_S, step_overhead_per_seq_s=_STEP_OVERHEAD_PER_SEQ_S,
-    request_overhead_s=_REQUEST_OVERHEAD_S, fuse_allreduce=False,
+    step_overhead_s=STEP_OVERHEAD_S, step_overhead_per_seq_s=STEP_OVERHEAD_PER_SEQ_S,
+    request_overhead_s=REQUEST_OVERHEAD_S, fuse_allreduce=False,
     sources=(
         "cited: sglang/srt/server_args.py: chunked_prefill_size 2048 below 35 GiB, 8192 "
         "below 160 GiB, 16384 above; mem_fraction_static 0.88 when not derived; "
