@@ -18,6 +18,7 @@ from perfmodel.engines import (
     attention_kernel,
     attention_kernel_for_label,
     gemm_kernel,
+    gemm_kernel_for_label,
 )
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import Constants
@@ -114,6 +115,51 @@ def test_persistent_kernels_are_not_halved_when_ctas_match_the_sms() -> None:
                                      head_dim=128, dtype="bf16", impl=impl), hw,
                         constants=PRIORS) for impl in ("flash3", "flash2"))
     assert float(fa3.compute_s) < 0.75 * float(fa2.compute_s)
+
+
+@pytest.mark.parametrize("impl", ["flash3", "flash2"])
+def test_tile_overlap_hides_the_fixed_time_of_later_tiles_in_persistent_kernels(
+        impl: str) -> None:
+    """A persistent kernel's SM pays tile_s whole for its first tile and (1 - h) of it for
+    each later one: 10 waves of tiny decode tiles cost (1 + 9·(1 - h))·tile_s. Resident
+    kernels (flash2) pay every wave whole whatever h is."""
+    hw = pm.load_hardware("h100-sxm")
+    tile_s, h = 4e-6, 0.75
+    base = PRIORS.with_values({f"attn.{impl}.decode_tile_s": tile_s,
+                               f"attn.{impl}.tile_overlap": 0.0}, "test")
+    hidden = base.with_values({f"attn.{impl}.tile_overlap": h}, "test")
+    # one query token, 4 keys, one head: one tile per sequence (no split: 4 keys < 64),
+    # 10 tiles per SM for a persistent kernel (132 slots), 5 or 10 for a resident one
+    op = pm.Attention(batch=10 * hw.compute.units, heads=1, seq_q=1, seq_kv=4, head_dim=128,
+                      impl=impl)
+    p0, p1 = (predict(op, hw, constants=c) for c in (base, hidden))
+    assert float(p0.details["splits"]) == 1
+    saved = float(p0.overhead_s) - float(p1.overhead_s)
+    if impl == "flash3":
+        assert float(p0.details["ctas"]) == 10 * hw.compute.units
+        assert saved == pytest.approx(9 * h * tile_s, rel=1e-9)
+    else:
+        assert saved == 0.0
+
+
+@pytest.mark.parametrize("impl", ["trtllm-gen", "triton"])
+def test_context_kernels_do_not_pack_heads_for_one_token_prompts(impl: str) -> None:
+    """trtllm-gen and SGLang's Triton kernels have context kernels of their own: a prefill
+    call of one-token prompts runs one CTA per (sequence, query head), 256 × 64 = 16,384,
+    while the decode call of the same shape packs the 16 query heads of each of the 4 KV
+    heads into one tile: 256 × 4 = 1,024 CTAs (no split: they fill the 148 SMs)."""
+    def op(phase: str, kernel: str = impl) -> pm.Attention:
+        return pm.Attention(batch=256, heads=64, kv_heads=4, seq_q=1, seq_kv=1,
+                            head_dim=128, causal=True, impl=kernel, phase=phase)
+
+    prefill, decode, auto = (predict(op(phase), "b200")
+                             for phase in ("prefill", "decode", "auto"))
+    assert float(prefill.details["ctas"]) == 256 * 64
+    assert float(decode.details["ctas"]) == 256 * 4
+    assert float(auto.details["ctas"]) == 256 * 4  # one query token without a phase: decode
+    # FlashAttention-2's entry points pack one-token rows in either phase
+    fa2 = predict(op("prefill", "flash2"), "a100-80gb-sxm")
+    assert float(fa2.details["ctas"]) < 256 * 64
 
 
 def test_triton_tiles_follow_head_dim_and_architecture() -> None:
@@ -233,6 +279,12 @@ def test_engine_kernel_choices_per_architecture() -> None:
     assert not gemm_kernel("trtllm", "hopper", "none").quantize_input
     recorded = attention_kernel_for_label("vllm", "vllm_flash_attn_fa4", "hopper", "decode")
     assert recorded.impl == "flash4"
+    # vLLM's FlashInfer block-scale wrapper is a family of its own (its own host time),
+    # its CUTLASS wrapper stays CUTLASS
+    assert gemm_kernel_for_label("vllm", "FlashInferFp8BlockScaledMMKernel", "hopper",
+                                 "block").impl == "flashinfer"
+    assert gemm_kernel_for_label("vllm", "CutlassFp8BlockScaledMMKernel", "hopper",
+                                 "block").impl == "cutlass"
     with pytest.raises(PerfmodelError, match="engine"):
         attention_kernel("tgi", "hopper", "prefill")
 

@@ -180,8 +180,8 @@ def _add_gemm(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize-input", action="store_true",
                    help="the call first quantizes A from --out-dtype (one more kernel)")
     p.add_argument("--impl", "--kernel", dest="impl", default=None,
-                   help="GEMM kernel family: auto, cublas, cutlass, deepgemm, cutedsl, triton "
-                        "(default auto, or the --engine's choice)")
+                   help="GEMM kernel family: auto, cublas, cutlass, deepgemm, cutedsl, triton, "
+                        "flashinfer (default auto, or the --engine's choice)")
 
 
 _DEFAULT_QUANT = {"fp8": "per-tensor", "fp4": "nvfp4"}

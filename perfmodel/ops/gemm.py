@@ -33,7 +33,8 @@ _NVFP4_GROUP = 16.0
 _SCALE_PER_ELEMENT = {"none": 0.0, "per-tensor": 0.0, "per-channel": 0.0,
                       "block": 4.0 / SCALE_BLOCK, "nvfp4": 1.0 / _NVFP4_GROUP}
 #: GEMM kernel families (``auto``: the vendor library, cuBLAS / hipBLASLt).
-GEMM_IMPLS: tuple[str, ...] = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton")
+GEMM_IMPLS: tuple[str, ...] = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton",
+                               "flashinfer")
 
 
 def _scheme(quant: str, dtype: DType) -> str:

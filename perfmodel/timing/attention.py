@@ -20,14 +20,17 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
 - **Scheduling.** Slots = SMs for persistent families, SMs × resident CTAs (1–2 by shared
   memory) otherwise; compute = Σ tile work / (rate · e_family · wave efficiency),
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
-  per-tile time ``tile_s`` (first dependent loads, output store): ⌈T/slots⌉·t_tile.
+  per-tile time ``tile_s`` (first dependent loads, output store), of which a family's
+  pipeline hides the share h (``tile_overlap``, persistent families; 0 for the others) for
+  every tile an SM runs after its first:
+  (1 + (⌈T/slots⌉ − 1)·(1 − h))·t_tile.
 - **Memory.** :func:`perfmodel.ops.attention.flash_bytes` (Q once, O once, K/V once per query
   tile that misses L2) + split partials, at the bandwidth the active CTAs can pull (or from
   L2 for a warm repeated call).
 - **Kernels.** The main kernel, the combine kernel when split; for the paged-KV entry point
   in decode with G > 1, two layout copies (Q in, O out).
 
-latency = overlap(compute, memory) + ⌈T/slots⌉·t_tile + kernels·t_kernel.
+latency = overlap(compute, memory) + (1 + (⌈T/slots⌉ − 1)(1 − h))·t_tile + kernels·t_kernel.
 
 One formula (:func:`_flash`) runs on plain floats for one shape (the scalar fast path) and
 on numpy arrays for many; both give the same numbers.
@@ -178,7 +181,12 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     else:
         packed = ops.where(seq_q < 0, True, False)  # never (a bool of the shape)
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
+    # a prefill call of a family with a context kernel of its own runs that kernel, which
+    # does not pack heads, even for one-token prompts
+    context_kernel = op.phase == "prefill" and not fam.prefill_packs
     packed = ops.where(fallback, False, packed)
+    if context_kernel:
+        packed = ops.where(seq_q < 0, True, False)  # never (a bool of the shape)
     rows = ops.where(packed, seq_q * group, seq_q)
     q_eff = ops.minimum(q_t, _MMA_ROWS * ops.ceil(rows / _MMA_ROWS))
     q_tiles = ops.ceil(rows / q_eff)
@@ -241,9 +249,14 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
         launches = launches + ops.where(packed, ops.where(group > 1, 2.0, 0.0), 0.0)
-    tile_s = ops.where(seq_q == 1, attn_constant(impl, "decode_tile_s", arch, consts, eng),
+    decode_kernel = (seq_q < 0) if context_kernel else (seq_q == 1)
+    tile_s = ops.where(decode_kernel, attn_constant(impl, "decode_tile_s", arch, consts, eng),
                        attn_constant(impl, "tile_s", arch, consts, eng))
-    overhead = launches * env.kernel_s + waves * tile_s
+    # a persistent kernel's first tile on each SM pays tile_s whole, later ones the part its
+    # producer warps do not hide by loading the next tile early (resident kernels: their
+    # 1-2 CTAs per SM are the slots already)
+    hidden = attn_constant(impl, "tile_overlap", arch, consts) if fam.persistent else 0.0
+    overhead = launches * env.kernel_s + (1.0 + (waves - 1.0) * (1.0 - hidden)) * tile_s
     latency = overlap(compute, memory, k.overlap_p, ops) + overhead
     flops = 2.0 * batch * heads * pairs(seq_q, seq_kv, op.causal, ops) * (d + dv)
     return {"latency_s": latency, "compute_s": compute, "memory_s": memory,

@@ -89,6 +89,11 @@ class AttentionFamily:
         unsplit CTA per query head.
     fp8_unsplit:
         Architectures on which the kernel does not split the keys of an fp8 KV cache.
+    prefill_packs:
+        Whether a prefill call packs heads by the rule above. False where the family's
+        context (prefill) kernel is not its decode kernel and runs one tile per (sequence,
+        query head, query tile) even for a one-token prompt (whose tiles then also take
+        ``tile_s``, not ``decode_tile_s``).
     source:
         Where the traits come from.
     """
@@ -102,6 +107,7 @@ class AttentionFamily:
     max_splits: float = 64.0
     max_group: float = 1e9
     fp8_unsplit: tuple[str, ...] = ()
+    prefill_packs: bool = True
 
     @property
     def arch_tiles(self) -> bool:
@@ -164,7 +170,11 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "short", "auto",
                     "TensorRT-LLM trtllm-gen kernels (Blackwell): persistent, "
                     "warp-specialised, multi-CTA decode; also reached through FlashInfer; "
-                    + _BIG_D),
+                    "the generation kernels pack a KV head's query heads, the context "
+                    "kernels run one tile per (sequence, query head, query tile) (on "
+                    "AIConfigurator's B200 rows one-token prompts cost ~21 ns per (sequence, "
+                    "query head) whatever the KV heads: 341 µs at 256 × 64 heads, one KV head "
+                    "or four); " + _BIG_D, prefill_packs=False),
     AttentionFamily("flashinfer", False, ((_ANY, 128, 128, 64), (_ANY, 1e9, 128, 32)),
                     "decode", "auto",
                     "FlashInfer FA2-template prefill (CTA tile 128 query rows, KV tile 64, 32 "
@@ -175,7 +185,9 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
         (("ada",), 128, 64, 128), (("ada",), 256, 64, 64), (("ada",), 1e9, 32, 32),
         (_ANY, 128, 128, 128), (_ANY, 256, 64, 64), (_ANY, 1e9, 32, 64)),
         "decode", "auto", _TRITON + "; decode_attention.py splits the keys of a sequence "
-        "into at most max_kv_splits = 8 programs", max_splits=8.0),
+        "into at most max_kv_splits = 8 programs and its grouped kernel packs a KV head's "
+        "query heads; the extend (prefill) kernel does not", max_splits=8.0,
+        prefill_packs=False),
 )})
 
 
@@ -220,11 +232,19 @@ _ATTN_CONSTANTS = {
     "dequant_ops": (2.0, 0.1, 50.0, "ops/element",
                     "vector operations per fp8 K/V element converted to bf16 in the kernel "
                     "(convert, scale). Prior: 2."),
+    "tile_overlap": (0.0, 0.0, 0.95, "fraction",
+                     "share of tile_s (decode_tile_s) hidden for each tile an SM runs after "
+                     "its first (persistent families only): a warp-specialised kernel's "
+                     "producer warps load the next tile while the consumers finish the "
+                     "current one, so only the first tile per SM pays the whole "
+                     "dependent-load latency. Prior: 0 (every tile pays it)."),
     "cta_bandwidth": (1.5, 0.3, 20.0, "× fair share",
                       "device-memory bandwidth one of its CTAs pulls, as a multiple of the "
                       "fair share BW/SMs (how many loads it keeps in flight). Prior: 1.5, the "
                       "family default of the GEMM model."),
 }
+#: Attention constants fitted on a linear scale (the rest in log space).
+_LINEAR = frozenset({"tile_overlap"})
 #: Kernel classes: a family's constants default to its class's (what a family never
 #: measured inherits): ``persistent`` (warp-specialised, one CTA per SM) or ``resident``.
 ATTENTION_CLASSES = ("persistent", "resident")
@@ -240,7 +260,8 @@ for _c in ATTENTION_CLASSES:
         _parent = {"fp8_efficiency": attn_name(_c, "efficiency"),
                    "decode_tile_s": attn_name(_c, "tile_s")}.get(_what)
         register(Param(attn_name(_c, _what), _d, _lo, _hi, _unit,
-                       f"{_c} kernel families: {_doc}", parent=_parent, pooled=False))
+                       f"{_c} kernel families: {_doc}",
+                       "linear" if _what in _LINEAR else "log", parent=_parent, pooled=False))
 for _f in ATTENTION_FAMILIES.values():
     for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
         # a family's fp8 rate and decode tile time default to its own bf16 rate and tile
@@ -250,10 +271,12 @@ for _f in ATTENTION_FAMILIES.values():
             _what, attn_name(attention_class(_f), _what))
         register(Param(attn_name(_f.name, _what), _d, _lo, _hi, _unit,
                        f"{_f.name}: {_doc} Until fitted: as its class "
-                       f"({attention_class(_f)}).", parent=_parent,
+                       f"({attention_class(_f)}).",
+                       "linear" if _what in _LINEAR else "log", parent=_parent,
                        pooled=_what not in ("fp8_efficiency", "decode_tile_s")))
         register(*(Param(arch_name(attn_name(_f.name, _what), a), _d, _lo, _hi, _unit,
                          f"{attn_name(_f.name, _what)} on {a} GPUs.",
+                         "linear" if _what in _LINEAR else "log",
                          parent=attn_name(_f.name, _what)) for a in ARCH_FAMILIES))
 
 
