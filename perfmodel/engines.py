@@ -15,6 +15,7 @@ whole-model prediction :func:`attention_kernel` / :func:`gemm_kernel` choose it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,9 @@ class AttentionChoice:
     num_splits: int | str = "auto"
     """Split-KV as the engine calls the kernel: vLLM and SGLang call FlashAttention-2
     through its varlen entry point, which splits the keys only for GQA decode (``gqa``)."""
+    fp8_compute: bool = False
+    """With an fp8 KV cache the call computes in fp8 (the query is quantized first), so the
+    op's compute dtype is fp8, not the activations' dtype."""
 
 
 @dataclass(frozen=True)
@@ -121,12 +125,40 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
     FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
     SGLang: FlashAttention (SM80 path) on Ampere, FA3 on Hopper (Triton for head dim 512),
-    trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada.
+    trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada. Over an fp8 KV cache
+    some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
     decode = phase == "decode"
     if eng == "none":
         return AttentionChoice("flash", kv_write=False, source="engine-neutral default")
+    choice = _attention_kernel(eng, arch, decode, head_dim, kv_dtype, group)
+    if kv_dtype == "fp8" and _fp8_compute(eng, arch, decode, choice.impl):
+        return dataclasses.replace(choice, fp8_compute=True)
+    return choice
+
+
+def _fp8_compute(engine: str, arch: str, decode: bool, impl: str) -> bool:
+    """Whether ``engine``'s ``impl`` call computes in fp8 over an fp8 KV cache. Prefill
+    (AIConfigurator's README and its rows' ``attn=`` labels): TensorRT-LLM's context
+    FMHA on Hopper and Blackwell (0.71x the bf16 time on H100), SGLang's FA3 and
+    trtllm-gen kernels, vLLM's trtllm-gen kernels on Blackwell (the query is quantized to
+    fp8); vLLM's FA3 and the FlashAttention-2-class kernels compute in bf16. Decode: the
+    same rows carry the cache dtype as the compute dtype and the decode constants were
+    fitted that way, so a decode call over an fp8 cache is one (its time is the cache
+    read; a bf16 kernel's per-element conversion cost was never fitted for it)."""
+    if decode:
+        return True
+    if arch not in ("hopper", "blackwell"):
+        return False
+    if engine == "vllm":
+        return impl == "trtllm-gen"
+    return engine in ("trtllm", "sglang") and impl in ("fmha-v2", "flash3", "trtllm-gen")
+
+
+def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dtype: str,
+                      group: float) -> AttentionChoice:
+    """:func:`attention_kernel` of a named engine, before the compute dtype."""
     blackwell = arch in ("blackwell",)
     if eng == "trtllm":
         if blackwell:

@@ -322,6 +322,30 @@ def test_trtllm_models_take_fp8_activations_from_the_norm() -> None:
     assert any("quantized in the call" in a for a in vllm.assumptions)
 
 
+def test_engines_compute_in_fp8_over_an_fp8_cache_where_they_do() -> None:
+    """TensorRT-LLM's context FMHA on Hopper computes in fp8 over an fp8 KV cache (its
+    attention op is then the fp8 op AIConfigurator's rows time), vLLM's FA3 in bf16; a
+    decode call over an fp8 cache is the fp8 op the decode rows were fitted as."""
+    assert attention_kernel("trtllm", "hopper", "prefill", kv_dtype="fp8").fp8_compute
+    assert not attention_kernel("trtllm", "hopper", "prefill").fp8_compute  # bf16 cache
+    assert not attention_kernel("trtllm", "ada", "prefill", kv_dtype="fp8").fp8_compute
+    assert not attention_kernel("vllm", "hopper", "prefill", kv_dtype="fp8").fp8_compute
+    assert attention_kernel("vllm", "blackwell", "prefill", kv_dtype="fp8").fp8_compute
+    assert attention_kernel("vllm", "hopper", "decode", kv_dtype="fp8").fp8_compute
+    b, ctx_len = 32, 8192  # llama-3.1-8b: 32 query heads, 8 KV heads, head dim 128
+    trt = pm.predict_model("llama-3.1-8b", "h100-sxm", engine="trtllm", phase="decode",
+                           batch=b, context_len=ctx_len, kv_dtype="fp8", step_overhead_s=0.0)
+    assert trt.decode is not None
+    row = trt.decode.op("attention")
+    op = pm.Attention(batch=b, heads=32, kv_heads=8, seq_q=1, seq_kv=ctx_len, head_dim=128,
+                      dtype="fp8", kv_dtype="fp8", impl="xqa", kv_write=True, causal=True,
+                      phase="decode")
+    alone = predict(op, "h100-sxm", context=RunContext(launch="graph", engine="trtllm"))
+    assert float(row.latency_s) / float(row.count) == pytest.approx(float(alone.latency_s),
+                                                                     rel=1e-9)
+    assert any("in fp8 over the fp8 KV cache" in a for a in trt.assumptions)
+
+
 def test_engine_host_time_is_one_row_per_pass() -> None:
     """Under an engine each pass (the prefill, every decode step) pays the host time once:
     its own row, counted as fixed overhead; the kernels are the same with or without it."""

@@ -180,9 +180,12 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
                                   head_dim, kvd, group)
         new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
                "num_splits": choice.num_splits}
+        fp8 = choice.fp8_compute and "fp8" in hw.peaks
+        if fp8:
+            new["dtype"] = "fp8"
         return dataclasses.replace(g, args=new), (
             f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "
-            f"({choice.source})")
+            + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
     if g.kind is Gemm:
         w = str(args["dtype"])
         quant = {"fp8": "per-channel" if engine == "sglang" else "per-tensor",
