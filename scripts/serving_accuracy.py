@@ -3,6 +3,7 @@ error (APE = |predicted − published| / published) of TTFT, TPOT, throughput an
 
     python scripts/serving_accuracy.py [--csv benchmarks/serving/published.csv] [--rows]
     python scripts/serving_accuracy.py --fit [--write]
+    python scripts/serving_accuracy.py --explain [--kernels none]
 
 How each row is run (the benchmark's own settings where its source states them):
 
@@ -20,6 +21,9 @@ How each row is run (the benchmark's own settings where its source states them):
   frontend (the engine's per-request overhead applies);
 - ``static`` (offline latency benchmark): C requests at t = 0, no frontend.
 
+``--explain`` breaks each closed-loop row's steady state into its parts (below:
+:func:`step_balance`), predicted and as the published figures imply them.
+
 ``--fit`` chooses the host overheads (per step and per request; per sequence stays 0) by
 least squares on log(predicted / published), each metric (TTFT, TPOT, throughput,
 end-to-end) weighted equally whatever its row count, on a grid per constant; prints them
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import math
 import re
 import sys
@@ -107,9 +112,12 @@ def _f(row: dict[str, str], key: str) -> float:
     return float(text) if text else math.nan
 
 
-def load_cases(path: Path, kernels: str | None = None) -> list[Case]:
+def load_cases(path: Path, kernels: str | None = None,
+               neutral_decode_attention: bool = False) -> list[Case]:
     """Prepare every row (``kernels``: whose kernels the step times use; default each row's
-    engine's own, ``none`` for engine-neutral ones)."""
+    engine's own, ``none`` for engine-neutral ones). ``neutral_decode_attention``: a
+    diagnostic that keeps the engine's kernels but takes decode attention from the
+    engine-neutral (memory-bound) kernel, to show how much of an error is that kernel's."""
     cases = []
     with path.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -142,6 +150,13 @@ def load_cases(path: Path, kernels: str | None = None) -> list[Case]:
             row["model"], row["gpu"], wl, tp=tp, engine=row["engine"],
             weight_dtype=row["weight_dtype"] or None, kv_dtype=row["kv_dtype"] or None,
             **overrides)
+        if neutral_decode_attention and eng.kernels != "none":
+            neutral = prepare(row["model"], row["gpu"], wl, tp=tp, engine=row["engine"],
+                              weight_dtype=row["weight_dtype"] or None,
+                              kv_dtype=row["kv_dtype"] or None,
+                              **(overrides | {"kernels": "none"}))[4]
+            model = dataclasses.replace(model, dec_attn=neutral.dec_attn,
+                                        dec_attn_q=neutral.dec_attn_q)
         published = {"ttft": _f(row, "ttft_ms") / 1e3, "tpot": _f(row, "tpot_ms") / 1e3,
                      "throughput": _f(row, "throughput_tok_s"), "e2e": _f(row, "e2e_ms") / 1e3}
         cases.append(Case(row, eng, pool, model, cfg, spec, wl, tp, mode == "closed",
@@ -209,6 +224,73 @@ def fit(cases: list[Case], start: tuple[float, float, float]) -> tuple[float, fl
     return best
 
 
+def littles_running(throughput_tok_s: float, output: int, tpot_s: float,
+                    first_s: float) -> float:
+    """Sequences a closed loop keeps running (holding KV), by Little's law: completions per
+    second (throughput / output) × the time each runs, ``first_s`` (admission to first
+    token) + (output − 1) · TPOT."""
+    return throughput_tok_s / output * (first_s + (output - 1) * tpot_s)
+
+
+def step_balance(tpot_s: float, throughput_tok_s: float, output: int, decode_step_s: float,
+                 prefill_extra_s: float) -> tuple[float, float]:
+    """Split of wall time in a steady closed loop where every step advances each running
+    sequence one token and each new request adds one prefill (``prefill_extra_s``: what
+    its prompt adds to the steps it rides in): 1 s = steps/s · decode step + requests/s ·
+    prefill extra, with steps/s = 1/TPOT and requests/s = throughput / output. Returns the
+    decode step these TPOT and throughput imply given ``prefill_extra_s``, and the prefill
+    extra they imply given ``decode_step_s`` (s)."""
+    rate = throughput_tok_s / output
+    return tpot_s * (1.0 - rate * prefill_extra_s), (1.0 - decode_step_s / tpot_s) / rate
+
+
+def mean_decoding(t_s: Any, decoding: Any, since: float) -> float:
+    """Time-weighted mean of ``decoding`` over the timeline after ``since`` (s): each
+    record holds until the next one ends."""
+    t = np.asarray(t_s, dtype=np.float64)
+    d = np.asarray(decoding, dtype=np.float64)
+    keep = t[1:] > since
+    w = np.diff(t)[keep]
+    return float(np.sum(d[:-1][keep] * w) / np.sum(w)) if np.sum(w) > 0 else math.nan
+
+
+def explain(cases: list[Case], params: tuple[float, float, float]) -> None:
+    """Print the steady-state accounting of every closed-loop row (``--explain``)."""
+    rows = []
+    for c in cases:
+        if c.row["mode"] != "closed" or not math.isfinite(c.published["tpot"]):
+            continue
+        eng = c.eng.with_(step_overhead_s=params[0], step_overhead_per_seq_s=params[1],
+                          request_overhead_s=params[2])
+        r = run_prepared(c.cfg, c.spec, eng, c.pool, c.model, c.wl, tp=c.tp)
+        isl, osl = int(c.row["prompt"]), int(c.row["output"])
+        tl = r.timeline
+        d = mean_decoding(tl["t_s"], tl["decoding"], 0.5 * float(tl["t_s"][-1]))
+        di = max(round(d), 1)
+        ctx = isl + 0.5 * osl
+        m = c.model
+        host = eng.step_overhead_s + eng.step_overhead_per_seq_s * di
+        dense, lm, att = m.dense_s(di), m.lm_s(di), m.decode_attn_s(di, ctx)
+        dec = host + dense + lm + att
+        extra = m.step_s(di, di * ctx, [(isl, 0)], di + 1) - m.step_s(di, di * ctx, [], di)
+        alone = host + m.step_s(0, 0.0, [(isl, 0)], 1)
+        pub = c.published
+        n_pub = littles_running(pub["throughput"], osl, pub["tpot"], alone)
+        dec_pub, extra_pub = step_balance(pub["tpot"], pub["throughput"], osl, dec, extra)
+        rows.append([c.row["source"], c.row["concurrency"], f"{d:.1f}", f"{n_pub:.1f}",
+                     f"{host * 1e3:.1f}", f"{dense * 1e3:.1f}", f"{lm * 1e3:.2f}",
+                     f"{att * 1e3:.1f}", f"{dec * 1e3:.1f}", f"{dec_pub * 1e3:.1f}",
+                     f"{extra * 1e3:.0f}", f"{extra_pub * 1e3:.0f}"])
+    print("steady state of the closed-loop rows: running sequences (simulated, time-weighted "
+          "over the second half; published, Little's law), the decode step at that batch and "
+          "mean context prompt + output/2 (host, dense, LM head, attention: ms), and a "
+          "prompt's extra time in a mixed step; 'implied' = what the published TPOT and "
+          "throughput imply given the other part predicted (step_balance)")
+    print(table(rows, ["source", "C", "running", "running (published)", "host", "dense",
+                       "LM", "attention", "decode step", "implied", "prefill extra",
+                       "implied"]))
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -235,11 +317,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--fit", action="store_true", help="fit the host overheads")
     ap.add_argument("--write", action="store_true", help="store the fit in engines.py")
+    ap.add_argument("--explain", action="store_true",
+                    help="steady-state accounting of the closed-loop rows")
+    ap.add_argument("--neutral-decode-attention", action="store_true",
+                    help="diagnostic: engine kernels, but decode attention from the "
+                    "engine-neutral kernel")
     ap.add_argument("--kernels", choices=("engine", "none"), default="engine",
                     help="step times with each row's engine kernels (default) or "
                     "engine-neutral ones")
     args = ap.parse_args(argv)
-    cases = load_cases(args.csv, None if args.kernels == "engine" else "none")
+    cases = load_cases(args.csv, None if args.kernels == "engine" else "none",
+                       args.neutral_decode_attention)
     eng0 = cases[0].eng
     params = (eng0.step_overhead_s, eng0.step_overhead_per_seq_s, eng0.request_overhead_s)
     if args.fit:
@@ -263,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             write_constants(params)
             print(f"wrote {ENGINES_PY.relative_to(ROOT)}")
         print()
+    if args.explain:
+        explain(cases, params)
+        return 0
     errs = errors(cases, params)
     by_source: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(cases):
