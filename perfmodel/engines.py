@@ -50,7 +50,7 @@ _ALIASES = {"tensorrt-llm": "trtllm", "trt-llm": "trtllm", "tensorrt_llm": "trtl
 #: benchmarks/serving (``scripts/serving_accuracy.py --fit --write`` chooses them by least
 #: squares over the published serving runs; the README's Serving section gives the
 #: held-out error). One table for every engine: the published runs do not separate them.
-STEP_OVERHEAD_S = 0.0015
+STEP_OVERHEAD_S = 0.002
 STEP_OVERHEAD_PER_SEQ_S = 0
 REQUEST_OVERHEAD_S = 0
 #: Where the figures above come from (shown in assumptions).
