@@ -133,3 +133,14 @@ def test_memo_is_bounded_oldest_out_first() -> None:
         Memo(0)
     assert predict_mod.MEMO.size <= 4096
 
+
+def test_tp_sweep_under_an_engine_predicts() -> None:
+    """A tp array with an engine used to raise a bare ValueError (the truth value of the
+    per-tp KV-head array); each point equals its scalar prediction."""
+    tps = np.array([1.0, 2.0, 4.0])
+    r = pm.predict_model("llama-3.1-70b", "h100-sxm", phase="prefill", prompt_len=1024,
+                         tp=tps, engine="trtllm")
+    for i, t in enumerate(tps):
+        one = pm.predict_model("llama-3.1-70b", "h100-sxm", phase="prefill",
+                               prompt_len=1024, tp=float(t), engine="trtllm")
+        np.testing.assert_allclose(np.asarray(r.latency_s)[i], one.latency_s, rtol=1e-12)

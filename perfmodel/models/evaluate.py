@@ -174,7 +174,8 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
         head_dim = float(np.max(np.asarray(args["head_dim"])))
         kvd = str(args.get("kv_dtype") or args["dtype"])
         heads = np.asarray(args["heads"], dtype=np.float64)
-        kv_heads = np.asarray(args.get("kv_heads") or args["heads"], dtype=np.float64)
+        kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
+        kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
         group = float(np.max(heads / kv_heads))
         choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
                                   head_dim, kvd, group)
