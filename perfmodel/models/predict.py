@@ -354,8 +354,9 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
 #: Scalar-input predictions by value (:mod:`perfmodel.models.memo`): the key is the config
 #: (a frozen pydantic model, hashed by value), the spec's value token and every other argument;
 #: an entry is the final context when past the model's window (its warning is issued again
-#: on a hit) and the prediction (floats, strings and tuples only: safe to share).
-MEMO: Memo[tuple[float | None, ModelPrediction]] = Memo(1024)
+#: on a hit) and the prediction (floats, strings and tuples only: safe to share). 256
+#: entries: a generate prediction with its request rows takes ~30 KB, ~8 MB in all.
+MEMO: Memo[tuple[float | None, ModelPrediction]] = Memo(256)
 _NUMBER = (int, float)
 
 
