@@ -135,6 +135,8 @@ def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
     pre, dec = pred.prefill, pred.decode
     assert pre is not None  # generate always has both phases
     assert dec is not None
+    if type(pred.gen_len) is float and type(pred.e2e_s) is float:
+        return _request_rows_scalar(pre, dec, pred.gen_len, pred.e2e_s)
     steps = np.maximum(np.asarray(pred.gen_len, dtype=np.float64) - 1.0, 0.0)
     e2e = np.maximum(np.asarray(pred.e2e_s), 1e-30)
     rows = []
@@ -154,6 +156,38 @@ def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
             share=as_value(vals["latency_s"] / e2e),
             arithmetic_intensity=as_value(vals["flops"] / np.maximum(vals["bytes"], 1e-30)),
             bottleneck=label_of(label), **{f: as_value(v) for f, v in vals.items()}))
+    return tuple(rows)
+
+
+def _floor30(x: float) -> float:
+    """``np.maximum(x, 1e-30)`` of a float (NaN stays NaN)."""
+    return x if x > 1e-30 or x != x else 1e-30
+
+
+def _request_rows_scalar(pre: PhaseResult, dec: PhaseResult, gen_len: float,
+                         e2e_s: float) -> tuple[OpRow, ...]:
+    """:func:`_request_rows` of a scalar prediction in plain floats: the same operations
+    in the same order (IEEE doubles either way), without 0-d arrays."""
+    steps = gen_len - 1.0
+    steps = steps if steps > 0.0 or steps != steps else 0.0
+    e2e = _floor30(e2e_s)
+    by_name = {row.name: row for row in reversed(dec.ops)}  # the first row of a name
+    rows = []
+    for prow in pre.ops:
+        drow = by_name.get(prow.name)
+        vals = [float(getattr(prow, f)) for f in NUMERIC]
+        label = prow.bottleneck
+        if drow is not None:
+            vals = [v + steps * float(getattr(drow, f)) for v, f in zip(vals, NUMERIC,
+                                                                         strict=True)]
+            if steps * float(drow.latency_s) > float(prow.latency_s):
+                label = drow.bottleneck
+        lat, comp, mem, over, flops, byts = vals
+        rows.append(OpRow(
+            name=prow.name, kind=prow.kind, phase="request", count=prow.count,
+            share=lat / e2e, arithmetic_intensity=flops / _floor30(byts),
+            bottleneck=str(label), latency_s=lat, compute_s=comp, memory_s=mem,
+            overhead_s=over, flops=flops, bytes=byts))
     return tuple(rows)
 
 
