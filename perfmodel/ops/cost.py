@@ -108,6 +108,13 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
         if v > MAX_SIZE:
             _too_large(name, v)
         return np.asarray(v)
+    if type(value) is np.float64 or (type(value) is np.ndarray and value.ndim == 0
+                                     and value.dtype == np.float64):
+        # one float64 (a model graph's fields): checked as a float; the array checks
+        # below name the problem when one fails
+        v = float(value)
+        if math.isfinite(v) and minimum <= v <= MAX_SIZE and (not integer or v == round(v)):
+            return np.asarray(v)
     if isinstance(value, (str, bytes)) or value is None:
         raise PerfmodelError(name, f"expected a number or an array, got {value!r}",
                              f"pass a positive {'integer' if integer else 'number'}")
