@@ -281,3 +281,18 @@ def test_a_bad_single_size_is_refused_naming_the_field(value: Any, words: str) -
     with pytest.raises(pm.PerfmodelError, match=words) as err:
         as_size(value, "m")
     assert err.value.field == "m"
+
+
+@pytest.mark.parametrize(("bad", "words"), [
+    (np.nan, "NaN"), (np.inf, "infinity"), (-np.inf, "infinity"), (0.0, "≥ 1"),
+    (2.5, "whole number"), (2.0**60, "cap")])
+def test_a_bad_element_of_a_size_array_is_refused_naming_the_field(bad: float,
+                                                                   words: str) -> None:
+    """as_size's two-reduction check of a good array lets no bad element through."""
+    from perfmodel.ops.cost import as_size
+    arr = np.array([4.0, 8.0, bad, 16.0])
+    with pytest.raises(pm.PerfmodelError, match=words) as err:
+        as_size(arr, "k")
+    assert err.value.field == "k"
+    np.testing.assert_array_equal(as_size(np.array([4.0, 8.0, 16.0]), "k"), [4.0, 8.0, 16.0])
+    assert float(as_size(np.array([0.5, 2.5]), "r", minimum=0.0, integer=False)[1]) == 2.5

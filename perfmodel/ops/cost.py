@@ -125,6 +125,11 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
                              "pass a number or a numeric array") from None
     if arr.size == 0:
         raise PerfmodelError(name, "empty array", "pass at least one value")
+    # every check in two reductions (NaN makes min and max NaN, which fails both
+    # comparisons); a failure goes through the checks below, which name the problem
+    if arr.min() >= minimum and arr.max() <= MAX_SIZE and (
+            not integer or bool(np.all(arr == np.round(arr)))):
+        return arr
     if not np.all(np.isfinite(arr)):
         raise PerfmodelError(name, "contains NaN or infinity", "pass finite values")
     if np.any(arr < minimum):
