@@ -6,7 +6,10 @@
 Measures, on one core (BLAS threads off), the median time of:
 
 - ``model``: one Llama-2-7B prediction on A100 (prefill 2048 + generation of 256 with the
-  per-op table, ``predict_model(...).ops``);
+  per-op table, ``predict_model(...).ops``), the same call repeated: answered from
+  ``predict_model``'s memo of scalar-input calls after the first;
+- ``model_cold``: the same with a prompt length not asked before at each call (2049,
+  2050, ...): computed each time;
 - ``sweep``: a 1,000-point prompt-length sweep of the same model (``sweeps.sweep``);
 - ``gemm``: a scalar GEMM 4096³ bf16 on H100 (op construction included);
 - ``gemm_decode``: a decode-shaped GEMM, m = 8, n = k = 4096;
@@ -41,8 +44,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
-UNITS = {"model": "ms", "sweep": "ms", "gemm": "µs", "gemm_decode": "µs", "attention": "µs",
-         "yaml_path": "µs", "yaml_over_id": "x", "vector": "M/s"}
+UNITS = {"model": "ms", "model_cold": "ms", "sweep": "ms", "gemm": "µs", "gemm_decode": "µs",
+         "attention": "µs", "yaml_path": "µs", "yaml_over_id": "x", "vector": "M/s"}
 
 
 def _median_s(fn: Callable[[], object], repeats: int) -> float:
@@ -70,6 +73,10 @@ def measure(repeats: int) -> dict[str, float]:
     out: dict[str, float] = {}
     out["model"] = 1e3 * _median_s(lambda: pm.predict_model(
         cfg, a100, phase="generate", batch=1, prompt_len=2048, gen_len=256).ops,
+        max(repeats // 10, 5))
+    fresh = iter(range(2049, 10**9))
+    out["model_cold"] = 1e3 * _median_s(lambda: pm.predict_model(
+        cfg, a100, phase="generate", batch=1, prompt_len=next(fresh), gen_len=256).ops,
         max(repeats // 10, 5))
     prompts = np.arange(1, 1001) * 32
     out["sweep"] = 1e3 * _median_s(lambda: sweep(cfg, a100, "prompt", prompts),

@@ -260,3 +260,39 @@ def test_pruned_gemm_search_chooses_as_the_full_search(gpu: str, ctx: RunContext
     for d in ("tile_m", "tile_n", "split_k", "kernels"):
         np.testing.assert_array_equal(pruned.details[d], full.details[d], err_msg=d)
     assert np.any(np.asarray(full.details["split_k"]) > 1)  # split-K was in play
+
+
+@pytest.mark.parametrize("value", [np.float64(7.0), np.asarray(7.0), 7, 7.0])
+def test_a_single_size_is_taken_alike_whatever_its_type(value: Any) -> None:
+    """as_size's float path for numpy scalars and 0-d arrays (what model graphs pass)
+    returns the number the array path does."""
+    from perfmodel.ops.cost import as_size
+    out = as_size(value, "m")
+    assert out.shape == ()
+    assert float(out) == 7.0
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (np.float64("nan"), "NaN"), (np.asarray(np.inf), "infinity"),
+    (np.asarray(0.0), "≥ 1"), (np.float64(2.5), "whole number"),
+    (np.asarray(2.0**60), "cap")])
+def test_a_bad_single_size_is_refused_naming_the_field(value: Any, words: str) -> None:
+    from perfmodel.ops.cost import as_size
+    with pytest.raises(pm.PerfmodelError, match=words) as err:
+        as_size(value, "m")
+    assert err.value.field == "m"
+
+
+@pytest.mark.parametrize(("bad", "words"), [
+    (np.nan, "NaN"), (np.inf, "infinity"), (-np.inf, "infinity"), (0.0, "≥ 1"),
+    (2.5, "whole number"), (2.0**60, "cap")])
+def test_a_bad_element_of_a_size_array_is_refused_naming_the_field(bad: float,
+                                                                   words: str) -> None:
+    """as_size's two-reduction check of a good array lets no bad element through."""
+    from perfmodel.ops.cost import as_size
+    arr = np.array([4.0, 8.0, bad, 16.0])
+    with pytest.raises(pm.PerfmodelError, match=words) as err:
+        as_size(arr, "k")
+    assert err.value.field == "k"
+    np.testing.assert_array_equal(as_size(np.array([4.0, 8.0, 16.0]), "k"), [4.0, 8.0, 16.0])
+    assert float(as_size(np.array([0.5, 2.5]), "r", minimum=0.0, integer=False)[1]) == 2.5

@@ -174,7 +174,8 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
         head_dim = float(np.max(np.asarray(args["head_dim"])))
         kvd = str(args.get("kv_dtype") or args["dtype"])
         heads = np.asarray(args["heads"], dtype=np.float64)
-        kv_heads = np.asarray(args.get("kv_heads") or args["heads"], dtype=np.float64)
+        kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
+        kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
         group = float(np.max(heads / kv_heads))
         choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
                                   head_dim, kvd, group)
@@ -240,8 +241,8 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             shape_f = _shape_fields(g.kind)
             key = (g.kind, tuple(sorted((k, v) for k, v in args.items() if k not in shape_f)))
             members.setdefault(key, []).append((gi, oi, args, ratio))
-    out_vals = [{f: np.empty((len(graph), math.prod(shape))) for f in FIELDS}
-                for graph, shape in graphs]
+    # every field of a graph in one array: (field, op, point)
+    out_vals = [np.empty((len(FIELDS), len(graph), math.prod(shape))) for graph, shape in graphs]
     out_labels = [np.empty((len(graph), math.prod(shape)), dtype="<U8")
                   for graph, shape in graphs]
     kinds: list[list[str]] = [[""] * len(graph) for graph, _ in graphs]
@@ -265,18 +266,17 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             p = predict(op, hw, context=context)
         if ratios is not None:
             p = _adjust(p, ratios, hw)
-        vals = {f: _flat(getattr(p, f), (count,), count) for f in FIELDS}
+        vals = np.stack([_flat(getattr(p, f), (count,), count) for f in FIELDS])
         labels = np.asarray(p.bottleneck).reshape(-1)
         if labels.size != count:
             labels = np.broadcast_to(labels, (count,))
         if inverse is not None:  # back to one value per instance
-            vals = {f: v[inverse] for f, v in vals.items()}
+            vals = vals[:, inverse]
             labels = labels[inverse]
         start = 0
         for (gi, oi, _, _), size in zip(group, sizes, strict=True):
             sl = slice(start, start + size)
-            for f in FIELDS:
-                out_vals[gi][f][oi] = vals[f][sl]
+            out_vals[gi][:, oi] = vals[:, sl]
             out_labels[gi][oi] = labels[sl]
             kinds[gi][oi] = op.name
             start += size
@@ -288,6 +288,6 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             if graph else np.zeros(full)
         result.append(GraphTiming(
             names=tuple(g.name for g in graph), kinds=tuple(kinds[gi]), counts=counts,
-            values={f: v.reshape(full) for f, v in out_vals[gi].items()},
+            values={f: out_vals[gi][i].reshape(full) for i, f in enumerate(FIELDS)},
             bottleneck=out_labels[gi].reshape(full)))
     return result, notes

@@ -31,6 +31,7 @@ Conventions (an inference server such as vLLM, stated so they can be argued with
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -238,6 +239,10 @@ def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dty
 
 def _arr(x: Any, name: str, minimum: float = 1.0) -> Array:
     arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0:  # one number: checked as a float
+        v = float(arr)
+        if math.isfinite(v) and v >= minimum and v == round(v):
+            return arr
     if arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr < minimum) \
             or np.any(arr != np.round(arr)):
         raise PerfmodelError(name, f"must be whole numbers ≥ {minimum:g}, got {x!r}",

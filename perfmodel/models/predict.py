@@ -16,6 +16,7 @@ Definitions (what the numbers mean):
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
 from perfmodel.models.evaluate import evaluate_graphs
 from perfmodel.models.graph import Dtypes, decode_graph, prefill_graph
+from perfmodel.models.memo import Memo, spec_token
 from perfmodel.models.memory import (
     DEFAULT_RESERVE_BYTES,
     DEFAULT_RESERVE_FRACTION,
@@ -85,10 +87,10 @@ class ModelPrediction:
     dtypes: Dtypes
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
+    @functools.cached_property
     def ops(self) -> tuple[OpRow, ...]:
         """Per-op rows of the phase; for ``generate``, of the whole request (prefill plus
-        G − 1 decode steps), share of the end-to-end time."""
+        G − 1 decode steps), share of the end-to-end time (built on first access)."""
         if self.phase == "prefill" and self.prefill is not None:
             return self.prefill.ops
         if self.phase == "decode" and self.decode is not None:
@@ -133,6 +135,8 @@ def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
     pre, dec = pred.prefill, pred.decode
     assert pre is not None  # generate always has both phases
     assert dec is not None
+    if type(pred.gen_len) is float and type(pred.e2e_s) is float:
+        return _request_rows_scalar(pre, dec, pred.gen_len, pred.e2e_s)
     steps = np.maximum(np.asarray(pred.gen_len, dtype=np.float64) - 1.0, 0.0)
     e2e = np.maximum(np.asarray(pred.e2e_s), 1e-30)
     rows = []
@@ -152,6 +156,38 @@ def _request_rows(pred: ModelPrediction) -> tuple[OpRow, ...]:
             share=as_value(vals["latency_s"] / e2e),
             arithmetic_intensity=as_value(vals["flops"] / np.maximum(vals["bytes"], 1e-30)),
             bottleneck=label_of(label), **{f: as_value(v) for f, v in vals.items()}))
+    return tuple(rows)
+
+
+def _floor30(x: float) -> float:
+    """``np.maximum(x, 1e-30)`` of a float (NaN stays NaN)."""
+    return x if x > 1e-30 or x != x else 1e-30
+
+
+def _request_rows_scalar(pre: PhaseResult, dec: PhaseResult, gen_len: float,
+                         e2e_s: float) -> tuple[OpRow, ...]:
+    """:func:`_request_rows` of a scalar prediction in plain floats: the same operations
+    in the same order (IEEE doubles either way), without 0-d arrays."""
+    steps = gen_len - 1.0
+    steps = steps if steps > 0.0 or steps != steps else 0.0
+    e2e = _floor30(e2e_s)
+    by_name = {row.name: row for row in reversed(dec.ops)}  # the first row of a name
+    rows = []
+    for prow in pre.ops:
+        drow = by_name.get(prow.name)
+        vals = [float(getattr(prow, f)) for f in NUMERIC]
+        label = prow.bottleneck
+        if drow is not None:
+            vals = [v + steps * float(getattr(drow, f)) for v, f in zip(vals, NUMERIC,
+                                                                         strict=True)]
+            if steps * float(drow.latency_s) > float(prow.latency_s):
+                label = drow.bottleneck
+        lat, comp, mem, over, flops, byts = vals
+        rows.append(OpRow(
+            name=prow.name, kind=prow.kind, phase="request", count=prow.count,
+            share=lat / e2e, arithmetic_intensity=flops / _floor30(byts),
+            bottleneck=str(label), latency_s=lat, compute_s=comp, memory_s=mem,
+            overhead_s=over, flops=flops, bytes=byts))
     return tuple(rows)
 
 
@@ -239,10 +275,9 @@ def _bounded(value: Any, name: str, maximum: float, minimum: float = 1.0,
     return arr
 
 
-def check_context(cfg: TransformerConfig, context: Any, *, strict: bool = False) -> str:
-    """"" if ``context`` (tokens held at the end: prompt + generated) stays within the
-    model's window, else a sentence saying by how much, issued as a
-    :class:`PerfmodelWarning` (or raised as :class:`PerfmodelError` with ``strict``)."""
+def _window_problem(cfg: TransformerConfig, context: Any) -> str:
+    """"" if ``context`` stays within the model's window, else a sentence saying by how
+    much."""
     window = cfg.max_position_embeddings
     if window is None:
         return ""
@@ -252,13 +287,26 @@ def check_context(cfg: TransformerConfig, context: Any, *, strict: bool = False)
         return ""
     longest = float(np.max(ctx))
     count = f"{int(np.sum(over)):,} of {ctx.size:,} points reach" if ctx.size > 1 else "reaches"
-    problem = (f"context {count} {longest:,.0f} tokens, past {cfg.name}'s "
-               f"{window:,}-position window: the model was not trained for it")
+    return (f"context {count} {longest:,.0f} tokens, past {cfg.name}'s "
+            f"{window:,}-position window: the model was not trained for it")
+
+
+_ANYWAY = " (predicted anyway: kernel costs do not depend on it)"
+
+
+def check_context(cfg: TransformerConfig, context: Any, *, strict: bool = False) -> str:
+    """"" if ``context`` (tokens held at the end: prompt + generated) stays within the
+    model's window, else a sentence saying by how much, issued as a
+    :class:`PerfmodelWarning` (or raised as :class:`PerfmodelError` with ``strict``)."""
+    problem = _window_problem(cfg, context)
+    if not problem:
+        return ""
+    window = cfg.max_position_embeddings
     if strict:
         raise PerfmodelError("context", problem, f"keep prompt + generated ≤ {window:,}")
     warnings.warn(PerfmodelWarning("context", problem + "; predicted anyway",
                                    f"keep prompt + generated ≤ {window:,}"), stacklevel=3)
-    return problem + " (predicted anyway: kernel costs do not depend on it)"
+    return problem + _ANYWAY
 
 
 def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
@@ -313,6 +361,60 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     """
     cfg = load_model(config)
     spec = load_hardware(hw)
+    key = (cfg, spec_token(spec), phase, batch, prompt_len, context_len, gen_len,
+           cached_prefix, tp, weight_dtype, activation_dtype, kv_dtype, expert_dtype,
+           attention_impl, decode_points, reserve_fraction, reserve_bytes, strict, engine,
+           step_overhead_s)
+    memo = _memoisable(key)
+    if memo:
+        hit = MEMO.get(key)
+        if hit is not None:
+            if hit[0] is not None:
+                check_context(cfg, hit[0], strict=strict)  # its warning, as each call gives
+            return hit[1]
+    result, ctx = _predict_model(
+        cfg, spec, phase=phase, batch=batch, prompt_len=prompt_len, context_len=context_len,
+        gen_len=gen_len, cached_prefix=cached_prefix, tp=tp, weight_dtype=weight_dtype,
+        activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
+        attention_impl=attention_impl, decode_points=decode_points,
+        reserve_fraction=reserve_fraction, reserve_bytes=reserve_bytes, strict=strict,
+        engine=engine, step_overhead_s=step_overhead_s)
+    over = bool(check_context(cfg, ctx, strict=strict))
+    if memo:
+        MEMO.put(key, (float(ctx) if over else None, result))
+    return result
+
+
+#: Scalar-input predictions by value (:mod:`perfmodel.models.memo`): the key is the config
+#: (a frozen pydantic model, hashed by value), the spec's value token and every other argument;
+#: an entry is the final context when past the model's window (its warning is issued again
+#: on a hit) and the prediction (floats, strings and tuples only: safe to share). 256
+#: entries: a generate prediction with its request rows takes ~30 KB, ~8 MB in all.
+MEMO: Memo[tuple[float | None, ModelPrediction]] = Memo(256)
+_NUMBER = (int, float)
+
+
+def _memoisable(key: tuple[Any, ...]) -> bool:
+    """Whether a call can be memoised: every argument a plain Python scalar of the type
+    the call accepts (no arrays, no bools for numbers: ``True == 1`` must not hit)."""
+    (_, _, phase, batch, prompt, context, gen, cached, tp, w, a, kv, e, impl, points,
+     frac, reserve, strict, engine, host) = key
+    return (type(phase) is str and type(batch) in _NUMBER and type(tp) in _NUMBER
+            and type(cached) in _NUMBER
+            and all(x is None or type(x) in _NUMBER for x in (prompt, context, gen, host))
+            and all(x is None or type(x) is str for x in (w, a, kv, e))
+            and type(impl) is str and type(points) is int and type(frac) in _NUMBER
+            and type(reserve) in _NUMBER and type(strict) is bool and type(engine) is str)
+
+
+def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseName,
+                   batch: Any, prompt_len: Any, context_len: Any, gen_len: Any,
+                   cached_prefix: Any, tp: Any, weight_dtype: str | None,
+                   activation_dtype: str | None, kv_dtype: str | None,
+                   expert_dtype: str | None, attention_impl: str, decode_points: int,
+                   reserve_fraction: float, reserve_bytes: float, strict: bool, engine: str,
+                   step_overhead_s: float | None) -> tuple[ModelPrediction, Array]:
+    """:func:`predict_model` on a loaded config and spec, and the final context."""
     if phase not in ("prefill", "decode", "generate"):
         raise PerfmodelError("phase", f"unknown phase {phase!r}",
                              "use 'prefill', 'decode' or 'generate'")
@@ -379,9 +481,9 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
             lat, tps = e2e, b * g / e2e
         mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, p - c0, t, dt,
                               reserve_fraction, reserve_bytes)
-    window = check_context(cfg, ctx, strict=strict)
+    window = _window_problem(cfg, ctx)
     if window:
-        notes = [*notes, window]
+        notes = [*notes, window + _ANYWAY]
     if np.any(host > 0.0):
         source = STEP_OVERHEAD_SOURCE if step_overhead_s is None else "given"
         notes = [*notes, f"engine host time {float(np.max(host)) * 1e3:.3g} ms per pass "
@@ -392,4 +494,5 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         gen_len=as_value(g_len), tp=as_value(t * np.ones(shape)), latency_s=as_value(lat),
         ttft_s=as_value(ttft), tpot_s=as_value(tpot), e2e_s=as_value(e2e),
         tokens_per_s=as_value(tps), prefill=prefill_res, decode=decode_res, memory=mem,
-        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host))
+        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host)
+    ), ctx

@@ -108,35 +108,51 @@ def aggregate(timing: GraphTiming, phase: str, weights: Array | None = None) -> 
         if n not in names:
             names.append(n)
     index = [names.index(n) for n in timing.names]
-    onehot = np.zeros((len(names), len(index)))
-    onehot[index, np.arange(len(index))] = 1.0
-    contrib = {f: timing.counts * timing.values[f] for f in NUMERIC}
-    sums = {f: np.tensordot(onehot, contrib[f], axes=(1, 0)) for f in NUMERIC}
     first = [index.index(i) for i in range(len(names))]
+    # every field at once: (field, op, *points), fields in NUMERIC order
+    contrib = timing.counts * np.stack([timing.values[f] for f in NUMERIC])
     labels = timing.bottleneck[first]
     counts = timing.counts[first]
-    for i, n in enumerate(names):  # a name with several ops: the bottleneck of the longest
-        rows = [j for j, m in enumerate(timing.names) if m == n]
-        if len(rows) > 1:
-            best = np.argmax(contrib["latency_s"][rows], axis=0)
-            labels[i] = np.take_along_axis(timing.bottleneck[rows], best[None], axis=0)[0]
-            counts[i] = np.max(timing.counts[rows], axis=0)
+    if len(names) == len(index):  # every name once: its row is its op
+        sums = contrib
+    else:
+        onehot = np.zeros((len(names), len(index)))
+        onehot[index, np.arange(len(index))] = 1.0
+        sums = np.stack([np.tensordot(onehot, c, axes=(1, 0)) for c in contrib])
+        for i, n in enumerate(names):  # a name with several ops: the bottleneck of the longest
+            rows = [j for j, m in enumerate(timing.names) if m == n]
+            if len(rows) > 1:
+                best = np.argmax(contrib[0][rows], axis=0)
+                labels[i] = np.take_along_axis(timing.bottleneck[rows], best[None], axis=0)[0]
+                counts[i] = np.max(timing.counts[rows], axis=0)
     if weights is not None:
-        sums = {f: np.sum(v * weights, axis=-1) for f, v in sums.items()}
+        sums = np.sum(sums * weights, axis=-1)
         labels = labels[..., labels.shape[-1] // 2]
         counts = counts[..., 0]
-    total = {f: np.sum(v, axis=0) for f, v in sums.items()}
-    share = sums["latency_s"] / np.maximum(total["latency_s"], 1e-30)
-    intensity = sums["flops"] / np.maximum(sums["bytes"], 1e-30)
-    rows_out = tuple(
-        OpRow(name=n, kind=timing.kinds[first[i]], phase=phase, count=value(counts[i]),
-              latency_s=value(sums["latency_s"][i]), share=value(share[i]),
-              compute_s=value(sums["compute_s"][i]), memory_s=value(sums["memory_s"][i]),
-              overhead_s=value(sums["overhead_s"][i]), flops=value(sums["flops"][i]),
-              bytes=value(sums["bytes"][i]), arithmetic_intensity=value(intensity[i]),
-              bottleneck=label_of(labels[i]))
-        for i, n in enumerate(names))
-    return PhaseResult(phase=phase, ops=rows_out, **{f: value(total[f]) for f in NUMERIC})
+    total = np.sum(sums, axis=1)
+    share = sums[0] / np.maximum(total[0], 1e-30)
+    intensity = sums[4] / np.maximum(sums[5], 1e-30)
+    kinds = [timing.kinds[j] for j in first]
+    if sums.ndim == 2:  # one value per row: plain floats and strings, made at once
+        lat, comp, mem, over, flops, byts = sums.tolist()
+        cnt, shr, ai, lab = counts.tolist(), share.tolist(), intensity.tolist(), labels.tolist()
+        rows_out = tuple(
+            OpRow(name=n, kind=kinds[i], phase=phase, count=cnt[i], latency_s=lat[i],
+                  share=shr[i], compute_s=comp[i], memory_s=mem[i], overhead_s=over[i],
+                  flops=flops[i], bytes=byts[i], arithmetic_intensity=ai[i],
+                  bottleneck=str(lab[i]))
+            for i, n in enumerate(names))
+    else:
+        rows_out = tuple(
+            OpRow(name=n, kind=kinds[i], phase=phase, count=value(counts[i]),
+                  latency_s=value(sums[0][i]), share=value(share[i]),
+                  compute_s=value(sums[1][i]), memory_s=value(sums[2][i]),
+                  overhead_s=value(sums[3][i]), flops=value(sums[4][i]),
+                  bytes=value(sums[5][i]), arithmetic_intensity=value(intensity[i]),
+                  bottleneck=label_of(labels[i]))
+            for i, n in enumerate(names))
+    return PhaseResult(phase=phase, ops=rows_out,
+                       **{f: value(total[k]) for k, f in enumerate(NUMERIC)})
 
 
 def with_host(res: PhaseResult, host_s: Any, name: str = "engine step (host)") -> PhaseResult:

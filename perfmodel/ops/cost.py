@@ -108,6 +108,13 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
         if v > MAX_SIZE:
             _too_large(name, v)
         return np.asarray(v)
+    if type(value) is np.float64 or (type(value) is np.ndarray and value.ndim == 0
+                                     and value.dtype == np.float64):
+        # one float64 (a model graph's fields): checked as a float; the array checks
+        # below name the problem when one fails
+        v = float(value)
+        if math.isfinite(v) and minimum <= v <= MAX_SIZE and (not integer or v == round(v)):
+            return np.asarray(v)
     if isinstance(value, (str, bytes)) or value is None:
         raise PerfmodelError(name, f"expected a number or an array, got {value!r}",
                              f"pass a positive {'integer' if integer else 'number'}")
@@ -118,6 +125,11 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
                              "pass a number or a numeric array") from None
     if arr.size == 0:
         raise PerfmodelError(name, "empty array", "pass at least one value")
+    # every check in two reductions (NaN makes min and max NaN, which fails both
+    # comparisons); a failure goes through the checks below, which name the problem
+    if arr.min() >= minimum and arr.max() <= MAX_SIZE and (
+            not integer or bool(np.all(arr == np.round(arr)))):
+        return arr
     if not np.all(np.isfinite(arr)):
         raise PerfmodelError(name, "contains NaN or infinity", "pass finite values")
     if np.any(arr < minimum):
