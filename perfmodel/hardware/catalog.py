@@ -544,6 +544,6 @@ def load_hardware(id_or_path: str | Path | HardwareSpec) -> HardwareSpec:
     if not isinstance(id_or_path, str):
         raise PerfmodelError("gpu", f"expected an id or a path, got {type(id_or_path).__name__}",
                              "pass e.g. 'h100-sxm' or 'my_gpu.yaml'")
-    if Path(id_or_path).is_file():
+    if os.path.isfile(id_or_path):  # a file of that name wins (os.path: no Path object)
         return load_hardware_file(id_or_path)
     return _load_bundled(resolve_id(id_or_path))

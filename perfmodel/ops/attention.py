@@ -34,6 +34,7 @@ Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2
 #: Each family's traits: :mod:`perfmodel.timing.kernels`.
 IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2",
                           "xqa", "mmha", "trtllm-gen", "flashinfer", "triton")
+_IMPL_SET = frozenset(IMPLS)
 _IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4", "math": "naive",
                  "unfused": "naive", "eager": "naive", "paged-kv": "paged", "kvcache": "paged",
                  "cudnn": "flash3", "trtllm-fmha": "fmha-v2", "fmha_v2": "fmha-v2",
@@ -154,43 +155,40 @@ class Attention:
                  causal: bool = False, dtype: str = "bf16", kv_dtype: str | None = None,
                  impl: str = "flash", num_splits: int | str = "auto", kv_write: bool = False,
                  rope: bool = False, phase: str = "auto") -> None:
-        set_ = object.__setattr__
-        set_(self, "batch", as_size(batch, "batch"))
-        set_(self, "heads", as_size(heads, "heads"))
-        set_(self, "kv_heads", as_size(heads if kv_heads is None else kv_heads, "kv_heads"))
-        set_(self, "seq_q", as_size(seq_q, "seq_q"))
-        set_(self, "seq_kv", as_size(seq_q if seq_kv is None else seq_kv, "seq_kv"))
-        set_(self, "head_dim", as_size(head_dim, "head_dim"))
-        set_(self, "value_dim", as_size(head_dim if value_dim is None else value_dim,
-                                        "value_dim"))
-        if np.any(np.mod(self.heads, self.kv_heads) != 0):
+        b_, h_ = as_size(batch, "batch"), as_size(heads, "heads")
+        hkv = as_size(heads if kv_heads is None else kv_heads, "kv_heads")
+        sq = as_size(seq_q, "seq_q")
+        skv = as_size(seq_q if seq_kv is None else seq_kv, "seq_kv")
+        d = as_size(head_dim, "head_dim")
+        dv = as_size(head_dim if value_dim is None else value_dim, "value_dim")
+        one = not (b_.ndim or h_.ndim or hkv.ndim or sq.ndim or skv.ndim or d.ndim or dv.ndim)
+        if (float(h_) % float(hkv) != 0.0) if one else bool(np.any(np.mod(h_, hkv) != 0)):
             raise PerfmodelError("kv_heads", "heads must be a multiple of kv_heads (GQA groups)",
                                  "pick kv_heads dividing heads, e.g. heads=32, kv_heads=8")
-        set_(self, "causal", bool(causal))
-        set_(self, "dtype", normalize_dtype(dtype, "dtype"))
-        set_(self, "kv_dtype", normalize_dtype(kv_dtype or dtype, "kv_dtype"))
-        key = str(impl).strip().lower()
+        dt = normalize_dtype(dtype, "dtype")
+        kv_dt = normalize_dtype(kv_dtype, "kv_dtype") if kv_dtype else dt
+        key = impl if type(impl) is str and impl in _IMPL_SET else str(impl).strip().lower()
         key = _IMPL_ALIASES.get(key, key)
         if key not in IMPLS:
             raise PerfmodelError("impl", f"unknown attention kernel path {impl!r}",
                                  f"use one of {', '.join(IMPLS)}")
-        set_(self, "impl", key)
         if num_splits not in ("auto", "gqa"):
             if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) \
                     or int(num_splits) < 1:
                 raise PerfmodelError("num_splits", f"must be 'auto', 'gqa' or an integer ≥ 1, "
                                      f"got {num_splits!r}", "e.g. num_splits=1 (no split-KV)")
             num_splits = int(num_splits)
-        set_(self, "num_splits", num_splits)
-        set_(self, "kv_write", bool(kv_write))
-        set_(self, "rope", bool(rope))
         if phase not in ("auto", "prefill", "decode"):
             raise PerfmodelError("phase", f"unknown phase {phase!r}",
                                  "use 'auto', 'prefill' or 'decode'")
-        set_(self, "phase", phase)
-        broadcast_fields(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads,
-                         seq_q=self.seq_q, seq_kv=self.seq_kv, head_dim=self.head_dim,
-                         value_dim=self.value_dim)
+        if not one:  # one shape broadcasts trivially
+            broadcast_fields(batch=b_, heads=h_, kv_heads=hkv, seq_q=sq, seq_kv=skv,
+                             head_dim=d, value_dim=dv)
+        # a frozen dataclass filled in one update rather than a setattr per field
+        self.__dict__.update(batch=b_, heads=h_, kv_heads=hkv, seq_q=sq, seq_kv=skv,
+                             head_dim=d, value_dim=dv, causal=bool(causal), dtype=dt,
+                             kv_dtype=kv_dt, impl=key, num_splits=num_splits,
+                             kv_write=bool(kv_write), rope=bool(rope), phase=phase)
 
     @property
     def name(self) -> str:
@@ -198,6 +196,9 @@ class Attention:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        if not (self.batch.ndim or self.heads.ndim or self.kv_heads.ndim or self.seq_q.ndim
+                or self.seq_kv.ndim or self.head_dim.ndim or self.value_dim.ndim):
+            return ()
         return broadcast_fields(batch=self.batch, heads=self.heads, kv_heads=self.kv_heads,
                                 seq_q=self.seq_q, seq_kv=self.seq_kv, head_dim=self.head_dim,
                                 value_dim=self.value_dim)

@@ -98,6 +98,9 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
     """
     if type(value) is int or type(value) is float:  # fast path for plain scalars
         v = float(value)
+        if minimum <= v <= MAX_SIZE and (not integer or v == round(v)):
+            return np.asarray(v)
+        # one check failed (NaN and infinities fail the first): name it
         if not math.isfinite(v):
             raise PerfmodelError(name, "is NaN or infinite", "pass a finite value")
         if v < minimum:

@@ -35,6 +35,7 @@ _SCALE_PER_ELEMENT = {"none": 0.0, "per-tensor": 0.0, "per-channel": 0.0,
 #: GEMM kernel families (``auto``: the vendor library, cuBLAS / hipBLASLt).
 GEMM_IMPLS: tuple[str, ...] = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton",
                                "flashinfer")
+_IMPL_SET = frozenset(GEMM_IMPLS)
 
 
 def _scheme(quant: str, dtype: DType) -> str:
@@ -152,27 +153,25 @@ class Gemm:
                  out_dtype: str | None = None, shared_b: bool = False, bias: bool = False,
                  quant: str = "none", quantize_input: bool = False,
                  impl: str = "auto") -> None:
-        set_ = object.__setattr__
-        set_(self, "m", as_size(m, "m"))
-        set_(self, "n", as_size(n, "n"))
-        set_(self, "k", as_size(k, "k"))
-        set_(self, "batch", as_size(batch, "batch"))
-        set_(self, "dtype", normalize_dtype(dtype, "dtype"))
-        set_(self, "out_dtype", normalize_dtype(out_dtype or dtype, "out_dtype"))
-        set_(self, "shared_b", bool(shared_b))
-        set_(self, "bias", bool(bias))
-        set_(self, "quant", _scheme(quant, self.dtype))
-        if quantize_input and self.quant == "none":
+        m_, n_, k_, b_ = as_size(m, "m"), as_size(n, "n"), as_size(k, "k"), \
+            as_size(batch, "batch")
+        dt = normalize_dtype(dtype, "dtype")
+        out = normalize_dtype(out_dtype, "out_dtype") if out_dtype else dt
+        scheme = "none" if type(quant) is str and quant == "none" else _scheme(quant, dt)
+        if quantize_input and scheme == "none":
             raise PerfmodelError("quantize_input", "there is nothing to quantize with "
                                  "quant='none'", "pass a quantization scheme, e.g. "
                                  "quant='per-tensor' with dtype='fp8'")
-        set_(self, "quantize_input", bool(quantize_input))
-        key = str(impl).strip().lower()
+        key = impl if type(impl) is str and impl in _IMPL_SET else str(impl).strip().lower()
         if key not in GEMM_IMPLS:
             raise PerfmodelError("impl", f"unknown GEMM kernel family {impl!r}",
                                  f"use one of {', '.join(GEMM_IMPLS)}")
-        set_(self, "impl", key)
-        broadcast_fields(m=self.m, n=self.n, k=self.k, batch=self.batch)
+        if m_.ndim or n_.ndim or k_.ndim or b_.ndim:  # one shape broadcasts trivially
+            broadcast_fields(m=m_, n=n_, k=k_, batch=b_)
+        # a frozen dataclass filled in one update rather than a setattr per field
+        self.__dict__.update(m=m_, n=n_, k=k_, batch=b_, dtype=dt, out_dtype=out,
+                             shared_b=bool(shared_b), bias=bool(bias), quant=scheme,
+                             quantize_input=bool(quantize_input), impl=key)
 
     @property
     def name(self) -> str:
@@ -180,6 +179,8 @@ class Gemm:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        if not (self.m.ndim or self.n.ndim or self.k.ndim or self.batch.ndim):
+            return ()
         return broadcast_fields(m=self.m, n=self.n, k=self.k, batch=self.batch)
 
     def flops(self) -> Array:

@@ -1,0 +1,43 @@
+"""The scalar fast path of one op (issue 11) computes what the general code computes.
+
+- Op construction's fast paths normalise and refuse what the general checks do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+
+
+@pytest.mark.parametrize(("kwargs", "field", "value"), [
+    ({"quant": " None "}, "quant", "none"), ({"impl": " CUBLAS"}, "impl", "cublas"),
+    ({"out_dtype": ""}, "out_dtype", "bf16"), ({"out_dtype": "BF16"}, "out_dtype", "bf16"),
+    ({"dtype": "fp4"}, "quant", "none")])
+def test_gemm_construction_still_normalises(kwargs: dict[str, Any], field: str,
+                                            value: str) -> None:
+    assert getattr(pm.Gemm(m=8, n=16, k=32, **kwargs), field) == value
+
+
+@pytest.mark.parametrize(("make", "field"), [
+    (lambda: pm.Gemm(m=np.ones(3), n=np.ones(4), k=8), "shape"),
+    (lambda: pm.Gemm(m=8, n=8, k=8, impl="magic"), "impl"),
+    (lambda: pm.Attention(heads=32, kv_heads=5), "kv_heads"),
+    (lambda: pm.Attention(heads=np.asarray([32.0, 8.0]), kv_heads=np.asarray([8.0, 3.0])),
+     "kv_heads"),
+    (lambda: pm.Attention(batch=np.ones(3), seq_q=np.ones(2)), "shape"),
+    (lambda: pm.Attention(impl="magic"), "impl")])
+def test_op_construction_still_refuses_bad_input(make: Any, field: str) -> None:
+    with pytest.raises(pm.PerfmodelError) as err:
+        make()
+    assert err.value.field == field
+
+
+def test_attention_construction_still_normalises() -> None:
+    op = pm.Attention(heads=32, kv_heads=8, impl="FA3", kv_dtype="", dtype="fp16")
+    assert (op.impl, op.kv_dtype, op.shape) == ("flash3", "fp16", ())
+    many = pm.Attention(heads=32, kv_heads=8, seq_q=np.asarray([1.0, 2.0, 3.0]))
+    assert many.shape == (3,)
