@@ -1,5 +1,6 @@
 """The scalar fast path of one op (issue 11) computes what the general code computes.
 
+- A prediction built from floats (``_build_floats``) equals the general builder's.
 - Op construction's fast paths normalise and refuse what the general checks do.
 """
 
@@ -11,6 +12,26 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
+from perfmodel._xp import SCALAR
+from perfmodel.timing.prediction import _build, _build_floats
+
+
+def test_a_float_prediction_is_the_general_builders() -> None:
+    rng = np.random.default_rng(3)
+    values = [0.0, 1e-6, 2e-6, 1e-3, 5e-5]
+    for _ in range(400):
+        # parts drawn from a few values (ties), or at random
+        c, m, o = (float(rng.choice(values)) if rng.random() < 0.4
+                   else float(rng.lognormal(-11.0, 2.0)) for _ in range(3))
+        lat = max(c, m) + o
+        f, b = float(rng.lognormal(25.0, 4.0)), float(rng.lognormal(18.0, 3.0))
+        args = ("gemm", "h100-sxm", "bf16", c, m, o, lat, f, b, b * 0.9, 989e12, 3.35e12,
+                295.0, (), {"tile_m": 128.0})
+        fast = _build_floats(*args)
+        general = _build(*args, SCALAR)
+        assert fast.to_dict() == general.to_dict()
+        assert type(fast.bottleneck) is str
+        assert type(fast.compute_util) is float
 
 
 @pytest.mark.parametrize(("kwargs", "field", "value"), [

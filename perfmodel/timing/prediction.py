@@ -137,6 +137,12 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     compute and memory. The ratio is that part over the larger of the other two.
     """
     if (type(compute_s) is float and type(memory_s) is float and type(overhead_s) is float
+            and type(latency_s) is float and type(flops) is float and type(bytes_) is float
+            and type(bytes_min) is float):
+        return _build_floats(op, hardware, dtype, compute_s, memory_s, overhead_s, latency_s,
+                             flops, bytes_, bytes_min, peak, bandwidth, ridge_point, stages,
+                             details)
+    if (type(compute_s) is float and type(memory_s) is float and type(overhead_s) is float
             and type(latency_s) is float and type(flops) is float and type(bytes_) is float):
         return _build(op, hardware, dtype, compute_s, memory_s, overhead_s, latency_s, flops,
                       bytes_, bytes_min, peak, bandwidth, ridge_point, stages, details, SCALAR)
@@ -179,4 +185,38 @@ def _build(op: str, hardware: str, dtype: str, c: Any, m: Any, o: Any, lat: Any,
     # object.__setattr__): the same object, several µs sooner on the scalar path
     pred = Prediction.__new__(Prediction)
     pred.__dict__.update(fields)
+    return pred
+
+
+def _build_floats(op: str, hardware: str, dtype: str, c: float, m: float, o: float,
+                  lat: float, f: float, b: float, bytes_min: float, peak: float,
+                  bandwidth: float, ridge_point: float,
+                  stages: tuple[tuple[str, Prediction], ...],
+                  details: dict[str, Any] | None) -> Prediction:
+    """:func:`_build` on floats (``SCALAR``), its ``ops`` calls written as Python
+    conditionals operation for operation: one prediction in about a µs. ``tests/
+    test_fast_paths.py`` checks it against :func:`_build` on random parts."""
+    tiny = 1e-30
+    lat_ = lat if lat > tiny else tiny
+    cu = f / (lat_ * peak)
+    mu = b / (lat_ * bandwidth)
+    if (o > c and o > m) or (cu < 0.10 and mu < 0.10):
+        label, dominant = "latency", o
+        other = c if c > m else m
+    elif c >= m:
+        label, dominant = "compute", c
+        other = m if m > o else o
+    else:
+        label, dominant = "memory", m
+        other = c if c > o else o
+    ratio = (dominant if dominant > tiny else tiny) / (other if other > tiny else tiny)
+    pred = Prediction.__new__(Prediction)  # as in _build, given its field dict whole
+    object.__setattr__(pred, "__dict__", {
+        "op": op, "hardware": hardware, "dtype": dtype, "latency_s": lat, "compute_s": c,
+        "memory_s": m, "overhead_s": o, "flops": f, "bytes": b, "bytes_min": bytes_min,
+        "arithmetic_intensity": f / (b if b > tiny else tiny),
+        "ridge_point": float(ridge_point), "compute_util": cu, "memory_util": mu,
+        "bottleneck": label, "bottleneck_ratio": ratio if ratio > 1.0 else 1.0,
+        "stages": stages, "details": dict(details or {}), "peak": float(peak),
+        "bandwidth": float(bandwidth)})
     return pred
