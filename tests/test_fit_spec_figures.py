@@ -3,12 +3,11 @@ with the values it recomputes, and its YAML edits keep everything else."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _scripts import load_script
 
 from perfmodel.hardware.catalog import bundled_path, list_hardware, load_hardware
 
@@ -17,16 +16,7 @@ SHARED = REPO.parent / "shared" / "data" / "measurements"
 
 
 def _script() -> ModuleType:
-    name = "fit_spec_figures"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fit_spec_figures")
 
 
 def test_fitted_labels_are_exactly_the_scripts_figures() -> None:

@@ -6,31 +6,19 @@ arithmetic)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from _scripts import load_script
 
 from perfmodel.serving import closed_loop, prepare, run_prepared
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _script() -> ModuleType:
-    name = "serving_accuracy"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("serving_accuracy")
 
 
 def test_littles_running_by_hand() -> None:
