@@ -96,11 +96,15 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
     ``minimum`` (sizes must be ≥ 1), above :data:`~perfmodel._limits.MAX_SIZE` or, with
     ``integer``, not a whole number.
     """
-    if type(value) is int or type(value) is float:  # fast path for plain scalars
-        v = float(value)
+    plain = type(value) is int or type(value) is float
+    if plain or type(value) is np.float64 or (type(value) is np.ndarray and value.ndim == 0
+                                              and value.dtype == np.float64):
+        # one number (plain, or a float64 as model graphs pass): checked as a float (NaN
+        # and infinities fail the range test)
+        v = float(value)  # type: ignore[arg-type]
         if minimum <= v <= MAX_SIZE and (not integer or v == round(v)):
             return np.asarray(v)
-        # one check failed (NaN and infinities fail the first): name it
+    if plain:  # one check failed: name it (a float64 goes through the array checks below)
         if not math.isfinite(v):
             raise PerfmodelError(name, "is NaN or infinite", "pass a finite value")
         if v < minimum:
@@ -111,13 +115,6 @@ def as_size(value: object, name: str, *, minimum: float = 1.0, integer: bool = T
         if v > MAX_SIZE:
             _too_large(name, v)
         return np.asarray(v)
-    if type(value) is np.float64 or (type(value) is np.ndarray and value.ndim == 0
-                                     and value.dtype == np.float64):
-        # one float64 (a model graph's fields): checked as a float; the array checks
-        # below name the problem when one fails
-        v = float(value)
-        if math.isfinite(v) and minimum <= v <= MAX_SIZE and (not integer or v == round(v)):
-            return np.asarray(v)
     if isinstance(value, (str, bytes)) or value is None:
         raise PerfmodelError(name, f"expected a number or an array, got {value!r}",
                              f"pass a positive {'integer' if integer else 'number'}")
