@@ -146,14 +146,13 @@ def load_cases(path: Path, kernels: str | None = None,
             wl = closed_loop(c, int(row["requests"] or c), isl, osl)
         if kernels is not None:
             overrides["kernels"] = kernels
-        cfg, spec, eng, pool, model = prepare(
-            row["model"], row["gpu"], wl, tp=tp, engine=row["engine"],
-            weight_dtype=row["weight_dtype"] or None, kv_dtype=row["kv_dtype"] or None,
-            **overrides)
+        args: dict[str, Any] = {"tp": tp, "engine": row["engine"],
+                                "weight_dtype": row["weight_dtype"] or None,
+                                "kv_dtype": row["kv_dtype"] or None}
+        cfg, spec, eng, pool, model = prepare(row["model"], row["gpu"], wl, **args,
+                                              **overrides)
         if neutral_decode_attention and eng.kernels != "none":
-            neutral = prepare(row["model"], row["gpu"], wl, tp=tp, engine=row["engine"],
-                              weight_dtype=row["weight_dtype"] or None,
-                              kv_dtype=row["kv_dtype"] or None,
+            neutral = prepare(row["model"], row["gpu"], wl, **args,
                               **(overrides | {"kernels": "none"}))[4]
             model = dataclasses.replace(model, dec_attn=neutral.dec_attn,
                                         dec_attn_q=neutral.dec_attn_q)
