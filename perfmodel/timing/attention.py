@@ -172,21 +172,22 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     slots = k.units * per_unit
 
     group = heads / kv_heads
-    if fam.pack_gqa == "short":
+    never = ops.where(seq_q < 0, True, False)  # False as a bool of the shape
+    # a prefill call of a family with a context kernel of its own runs that kernel, which
+    # does not pack heads, even for one-token prompts
+    context_kernel = op.phase == "prefill" and not fam.prefill_packs
+    if context_kernel:
+        packed = never
+    elif fam.pack_gqa == "short":
         packed = seq_q * group <= q_t
     elif fam.pack_gqa == "efficiency":
         packed = _pack_pays(seq_q, group, q_t, ops)
     elif fam.pack_gqa == "decode":
         packed = ops.where(seq_q == 1, group <= 64, False)
     else:
-        packed = ops.where(seq_q < 0, True, False)  # never (a bool of the shape)
+        packed = never
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
-    # a prefill call of a family with a context kernel of its own runs that kernel, which
-    # does not pack heads, even for one-token prompts
-    context_kernel = op.phase == "prefill" and not fam.prefill_packs
     packed = ops.where(fallback, False, packed)
-    if context_kernel:
-        packed = ops.where(seq_q < 0, True, False)  # never (a bool of the shape)
     rows = ops.where(packed, seq_q * group, seq_q)
     q_eff = ops.minimum(q_t, _MMA_ROWS * ops.ceil(rows / _MMA_ROWS))
     q_tiles = ops.ceil(rows / q_eff)
@@ -249,7 +250,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
         launches = launches + ops.where(packed, ops.where(group > 1, 2.0, 0.0), 0.0)
-    decode_kernel = (seq_q < 0) if context_kernel else (seq_q == 1)
+    decode_kernel = never if context_kernel else seq_q == 1
     tile_s = ops.where(decode_kernel, attn_constant(impl, "decode_tile_s", arch, consts, eng),
                        attn_constant(impl, "tile_s", arch, consts, eng))
     # a persistent kernel's first tile on each SM pays tile_s whole, later ones the part its
