@@ -173,3 +173,48 @@ def test_missing_file_and_no_file_exit_2(capsys: pytest.CaptureFixture[str]) -> 
     code, _, err = run(["validate"], capsys)
     assert code == 2
     assert "--bundled" in err
+
+
+# ------------------------------------------------------------------- leave one GPU out
+def test_leave_gpu_out_cache_is_written_once_and_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With --cache, each refit without a GPU is stored as cache/without-<gpu>.json (the
+    transfer script's file) and a second run reads it instead of refitting. The refit is a
+    stub here (the real one takes minutes): it records the rows it was given."""
+    import perfmodel.calibrate.constants as fitting
+    from perfmodel.timing.constants import Constants
+
+    seen: list[set[str]] = []
+
+    def fake_fit(prep: object, source: str = "", progress: object = None) -> Constants:
+        seen.append(set(prep.spec_ids))  # type: ignore[attr-defined]
+        return Constants({"l2_capacity_fraction": 0.5}, {"l2_capacity_fraction": source})
+
+    monkeypatch.setattr(fitting, "fit_public", fake_fit)
+    src = next(p for p in bundled_measurements() if p.name == "llmcompass_gemm.csv")
+    with src.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    specs = sorted({r["spec"] for r in rows})
+    assert len(specs) >= 2
+    data = tmp_path / "rows.csv"
+    with data.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    cache = tmp_path / "cache"
+    argv = ["validate", str(data), "--leave-gpu-out", "--cache", str(cache), "--json"]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    # one refit per GPU, each on every other GPU's rows only
+    assert seen == [set(specs) - {s} for s in specs]
+    assert sorted(p.name for p in cache.iterdir()) == [f"without-{s}.json" for s in specs]
+    first = json.loads(out)["leave_gpu_out"]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert len(seen) == len(specs)  # read back, not refitted
+    assert json.loads(out)["leave_gpu_out"] == first
+    code, _, err = run([*argv, "--include-suspect"], capsys)
+    assert code != 0
+    assert "--cache" in err
+    assert "SUSPECT" in err

@@ -88,6 +88,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="refit the model constants without each GPU's rows in turn (or "
                         "the listed GPUs) and report that GPU's error with the refit: "
                         "the figure for a GPU nobody measured (takes minutes per GPU)")
+    p.add_argument("--cache", metavar="DIR", type=Path, default=None,
+                   help="with --leave-gpu-out: keep each refit in DIR/without-<gpu>.json and "
+                        "reuse it when the rows are the same (the folder "
+                        "scripts/calibration_transfer.py uses: build/transfer_cache)")
     p.set_defaults(func=run)
 
 
@@ -189,12 +193,17 @@ class GpuOutOfSample:
 
 def run_leave_gpu_out(paths: Sequence[str | Path], devices: Sequence[str] | None = None,
                       include_suspect: bool = False,
-                      progress: Callable[[str], None] | None = None
-                      ) -> list[GpuOutOfSample]:
+                      progress: Callable[[str], None] | None = None,
+                      cache: Path | None = None) -> list[GpuOutOfSample]:
     """For each device of the rows (or ``devices``): refit the model constants from their
     priors on every other device's rows (:func:`perfmodel.calibrate.constants.fit_public`)
-    and predict its rows with the result, beside the bundled constants' predictions."""
+    and predict its rows with the result, beside the bundled constants' predictions.
+    With ``cache`` (a folder), each refit is read from / written to
+    ``cache/without-<device>.json``, the files ``scripts/calibration_transfer.py`` reads
+    and writes for the same refits (:func:`perfmodel.calibrate.transfer_eval.
+    leave_out_constants`)."""
     from perfmodel.calibrate.constants import leave_one_out
+    from perfmodel.calibrate.transfer_eval import leave_out_constants
 
     prep, _ = prepare_files(paths, None, include_suspect)
     bundled = validate(prep)
@@ -205,7 +214,22 @@ def run_leave_gpu_out(paths: Sequence[str | Path], devices: Sequence[str] | None
     if unknown:
         raise PerfmodelError("--leave-gpu-out", f"no rows of {', '.join(unknown)} in the files",
                              f"pick among {', '.join(sorted(set(prep.spec_ids)))}")
-    for dev, (_, pred) in leave_one_out(prep, chosen, progress).items():
+    if cache is None:
+        refits = {dev: pred for dev, (_, pred) in leave_one_out(prep, chosen, progress).items()}
+    else:
+        if include_suspect:
+            raise PerfmodelError("--cache", "cached refits skip SUSPECT rows, as the "
+                                 "transfer script's do", "drop --include-suspect or --cache")
+        # every row, as the transfer script passes them (the refit skips SUSPECT ones)
+        records = [m for path in paths for m in read_measurements(path).rows]
+        refits = {}
+        for dev in chosen:
+            if progress:
+                progress(f"leaving out {dev}")
+            fitted = leave_out_constants(records, dev, cache / f"without-{dev}.json",
+                                         progress)
+            refits[dev] = prep.subset(specs == dev).predict(fitted)
+    for dev, pred in refits.items():
         held = specs == dev
         sub = prep.subset(held)
         rep = validate(sub, constants=None)  # bundled constants, this device's rows
@@ -236,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
         results = run_leave_gpu_out(
             paths, [d for d in args.leave_gpu_out.split(",") if d.strip()],
             args.include_suspect,
-            progress=None if args.json else lambda msg: print(msg, file=sys.stderr))
+            progress=None if args.json else lambda msg: print(msg, file=sys.stderr),
+            cache=args.cache)
         if args.json:
             print(json.dumps({"leave_gpu_out": [r.to_dict() for r in results]}, indent=2,
                              allow_nan=False, default=_json_default))
