@@ -298,14 +298,22 @@ def check_context(cfg: TransformerConfig, context: Any, *, strict: bool = False)
     """"" if ``context`` (tokens held at the end: prompt + generated) stays within the
     model's window, else a sentence saying by how much, issued as a
     :class:`PerfmodelWarning` (or raised as :class:`PerfmodelError` with ``strict``)."""
-    problem = _window_problem(cfg, context)
+    return _issue_window(cfg, _window_problem(cfg, context), strict, stacklevel=4)
+
+
+def _issue_window(cfg: TransformerConfig, problem: str, strict: bool,
+                  stacklevel: int = 3) -> str:
+    """:func:`check_context` for a context whose :func:`_window_problem` is ``problem``;
+    the warning points ``stacklevel`` frames up (3: the caller of this function's
+    caller)."""
     if not problem:
         return ""
     window = cfg.max_position_embeddings
     if strict:
         raise PerfmodelError("context", problem, f"keep prompt + generated ≤ {window:,}")
     warnings.warn(PerfmodelWarning("context", problem + "; predicted anyway",
-                                   f"keep prompt + generated ≤ {window:,}"), stacklevel=3)
+                                   f"keep prompt + generated ≤ {window:,}"),
+                  stacklevel=stacklevel)
     return problem + _ANYWAY
 
 
@@ -372,14 +380,14 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
             if hit[0] is not None:
                 check_context(cfg, hit[0], strict=strict)  # its warning, as each call gives
             return hit[1]
-    result, ctx = _predict_model(
+    result, ctx, problem = _predict_model(
         cfg, spec, phase=phase, batch=batch, prompt_len=prompt_len, context_len=context_len,
         gen_len=gen_len, cached_prefix=cached_prefix, tp=tp, weight_dtype=weight_dtype,
         activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
         attention_impl=attention_impl, decode_points=decode_points,
         reserve_fraction=reserve_fraction, reserve_bytes=reserve_bytes, strict=strict,
         engine=engine, step_overhead_s=step_overhead_s)
-    over = bool(check_context(cfg, ctx, strict=strict))
+    over = bool(_issue_window(cfg, problem, strict))
     if memo:
         MEMO.put(key, (float(ctx) if over else None, result))
     return result
@@ -413,8 +421,9 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
                    activation_dtype: str | None, kv_dtype: str | None,
                    expert_dtype: str | None, attention_impl: str, decode_points: int,
                    reserve_fraction: float, reserve_bytes: float, strict: bool, engine: str,
-                   step_overhead_s: float | None) -> tuple[ModelPrediction, Array]:
-    """:func:`predict_model` on a loaded config and spec, and the final context."""
+                   step_overhead_s: float | None) -> tuple[ModelPrediction, Array, str]:
+    """:func:`predict_model` on a loaded config and spec, the final context and what is
+    wrong with it (:func:`_window_problem`, "" when it is within the model's window)."""
     if phase not in ("prefill", "decode", "generate"):
         raise PerfmodelError("phase", f"unknown phase {phase!r}",
                              "use 'prefill', 'decode' or 'generate'")
@@ -495,4 +504,4 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
         ttft_s=as_value(ttft), tpot_s=as_value(tpot), e2e_s=as_value(e2e),
         tokens_per_s=as_value(tps), prefill=prefill_res, decode=decode_res, memory=mem,
         dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host)
-    ), ctx
+    ), ctx, window
