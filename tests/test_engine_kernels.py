@@ -23,6 +23,8 @@ from perfmodel.engines import (
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import Constants
 from perfmodel.timing.engine_costs import call_name, row_name
+from perfmodel.timing.kernels import attention_family, tile_efficiency
+from perfmodel.timing.knobs import knobs_for
 
 PRIORS = Constants()
 
@@ -172,6 +174,36 @@ def test_triton_tiles_follow_head_dim_and_architecture() -> None:
     assert float(small.details["q_tile"]) == 128
     rate = float(small.flops) / float(small.compute_s)
     assert float(large.flops) / float(large.compute_s) < 0.8 * rate
+
+
+@pytest.mark.parametrize(("gpu", "share"), [("a100-80gb-sxm", 1.0), ("l40s", 1.0),
+                                            ("h100-sxm", 0.5), ("b200", 0.25)])
+@pytest.mark.parametrize("impl", ["flash2", "triton"])
+def test_ampere_style_kernels_run_at_the_synchronous_mma_share(gpu: str, share: float,
+                                                               impl: str) -> None:
+    """Kernels written for Ampere issue mma.sync, which on Hopper runs at half the dense
+    peak (FA2: 73 % of the A100, 35 % of the H100) and on Blackwell at a quarter. Their
+    matrix time, from the priors, is 1/share that of the same kernel with the share
+    removed: the FA3-class kernel's on the same GPU shows what the rate would be."""
+    hw = pm.load_hardware(gpu)
+    op = pm.Attention(batch=4, heads=32, seq_q=8192, head_dim=128, dtype="bf16",
+                      causal=False, impl=impl)
+    p = predict(op, hw, constants=PRIORS)
+    # 2·B·H·S²·(D + D) FLOPs at the spec's achievable rate × the spec's attention share ×
+    # the tile's efficiency (the family's tile for head dim 128; 128×64 by default)
+    k = knobs_for(hw, "attention", "bf16")
+    q_t = float(p.details["q_tile"])
+    rule = attention_family(impl).tile(hw.arch, 128.0)
+    kv_t = rule[1] if rule else 64.0
+    flops = 2.0 * 4 * 32 * 8192 * 8192 * (128 + 128)
+    tensor_s = flops / (k.rate * k.attention_efficiency * float(tile_efficiency(q_t, kv_t))
+                        * share)
+    # the padded tiles match the shape exactly (8192 = 64·128), so the tensor time is the
+    # compute time unless the softmax is the longer part
+    assert float(p.compute_s) >= tensor_s * (1 - 1e-9)
+    assert float(p.compute_s) == pytest.approx(tensor_s, rel=0.35)
+    if share < 1.0:  # never faster than the share allows
+        assert float(p.flops) / float(p.compute_s) <= share * k.rate * (1 + 1e-9)
 
 
 @pytest.mark.parametrize(("seq", "ctas"), [

@@ -18,7 +18,9 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   them (``softmax_overlap``). An fp8 KV cache read by a bf16 kernel costs ``dequant_ops``
   vector operations per loaded element.
 - **Scheduling.** Slots = SMs for persistent families, SMs × resident CTAs (1–2 by shared
-  memory) otherwise; compute = Σ tile work / (rate · e_family · wave efficiency),
+  memory) otherwise; compute = Σ tile work / (rate · e_family · wave efficiency), with
+  e_family × the architecture's ``sync_mma_fraction`` for kernels written for Ampere
+  (synchronous MMA) on Hopper and Blackwell,
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
   per-tile time ``tile_s`` (first dependent loads, output store), of which a family's
   pipeline hides the share h (``tile_overlap``, persistent families; 0 for the others) for
@@ -220,6 +222,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     eng = env.engine
     eff = attn_constant(impl, "fp8_efficiency" if fp8 else "efficiency", arch, consts, eng)
     eff = eff * tile_efficiency(q_t, kv_t, ops)
+    if fam.sync_mma:  # an Ampere-style kernel: the synchronous MMA path's share of the peak
+        eff = eff * k.family.sync_mma_fraction
     t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
     t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
     if op.kv_dtype == "fp8" and not fp8:

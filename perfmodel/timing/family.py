@@ -54,6 +54,13 @@ class FamilyParams:
         (it computes the whole S_q×S_kv rectangle; see ``timing.attention``).
     fill_waves:
         Non-overlapped tile fill/drain (first load, last store) paid per this many waves.
+    sync_mma_fraction:
+        Rate of the synchronous (warp-level ``mma.sync``) tensor-core path as a share of the
+        dense peak, which on Hopper and Blackwell is reached only through the asynchronous
+        warpgroup (``wgmma``) or ``tcgen05`` instructions. Kernels written for Ampere
+        (FlashAttention-2, Triton kernels with query blocks too small for a warpgroup
+        MMA) run at this share. 1 where the synchronous path is the only one (Volta to
+        Ada, consumer Blackwell, AMD, Intel, CPU).
     l2_bytes_per_clock:
         L2 read bandwidth per SM/CU per clock, bytes, when the spec gives no
         ``memory.l2_bandwidth``: the L2 bandwidth is units × clock × this. NVIDIA states
@@ -75,6 +82,7 @@ class FamilyParams:
     softmax_vector_ops: float = 5.0
     paged_prefill_efficiency: float = 0.65
     fill_waves: float = 1.0
+    sync_mma_fraction: float = 1.0
     l2_bytes_per_clock: float = 47.4
 
 
@@ -118,6 +126,17 @@ _CPU_TILES: tuple[Tile, ...] = (
     (64.0, 64.0, 1.0), (16.0, 64.0, 0.9), (4.0, 64.0, 0.5), (1.0, 64.0, 0.25),
 )
 
+# The synchronous MMA path on Hopper: FlashAttention-2 reaches 73 % of the A100's dense
+# peak (Dao 2023, abstract: "50-73 % of the theoretical maximum FLOPs/s on A100") and 35 % of
+# the H100's (Shah et al. 2024, FlashAttention-3 abstract: "FlashAttention-2 achieving only
+# 35 % utilization on the H100 GPU"): 0.35 / 0.73 = 0.48, i.e. the mma.sync path runs at
+# ~2048 dense bf16 FLOP/clock/SM as on Ampere, half the 4096 of wgmma (989 TFLOP/s = 132 SMs
+# × 1.83 GHz × 4096). Blackwell doubles the dense rate per SM again (B200 2.25 PFLOP/s =
+# 148 SMs × ~1.86 GHz × 8192) through tcgen05 only; no figure for its mma.sync path is
+# published, so the Hopper rate per SM per clock is assumed, a quarter of the peak.
+_HOPPER_SYNC_MMA = 0.5
+_BLACKWELL_SYNC_MMA = 0.25
+
 #: The families by ``arch`` name: read-only (a calibrated device changes its own knobs,
 #: never the family table).
 FAMILIES: Mapping[str, FamilyParams] = MappingProxyType({
@@ -128,9 +147,11 @@ FAMILIES: Mapping[str, FamilyParams] = MappingProxyType({
     "ampere": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "ada": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "hopper": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
-                           flash_impl="flash3", flash_efficiency=0.85),
+                           flash_impl="flash3", flash_efficiency=0.85,
+                           sync_mma_fraction=_HOPPER_SYNC_MMA),
     "blackwell": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
-                              flash_impl="flash3", flash_efficiency=0.85),
+                              flash_impl="flash3", flash_efficiency=0.85,
+                              sync_mma_fraction=_BLACKWELL_SYNC_MMA),
     "blackwell-consumer": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "cdna1": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,
                           memory_latency_s=0.8e-6),
