@@ -203,6 +203,8 @@ def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
     or engine-generic label falls back to :func:`attention_kernel`."""
     base = attention_kernel(engine, arch, phase, head_dim, kv_dtype, group)
     impl = _ATTN_LABELS.get(label.strip().lower())
+    if impl == "flashinfer" and arch == "blackwell":
+        impl = "flashinfer-sm100"  # FlashInfer's Blackwell backends, not its FA2 templates
     if impl is None:
         return base
     splits = base.num_splits if impl == base.impl else (

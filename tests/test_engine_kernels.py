@@ -102,8 +102,10 @@ def test_decode_prologue_writes_one_token_per_sequence() -> None:
 def test_family_names_and_architecture_checks() -> None:
     for impl in ("fmha-v2", "xqa", "flashinfer", "triton", "flash2"):
         predict(pm.Attention(batch=1, heads=8, seq_q=512, impl=impl), "a100-80gb-sxm")
-    with pytest.raises(PerfmodelError, match="trtllm-gen"):
-        predict(pm.Attention(batch=1, heads=8, seq_q=512, impl="trtllm-gen"), "h100-sxm")
+    for blackwell_only in ("trtllm-gen", "flashinfer-sm100"):
+        with pytest.raises(PerfmodelError, match=blackwell_only):
+            predict(pm.Attention(batch=1, heads=8, seq_q=512, impl=blackwell_only),
+                    "h100-sxm")
     with pytest.raises(PerfmodelError, match="Hopper"):
         predict(pm.Attention(batch=1, heads=8, seq_q=512, impl="flash4"), "a100-80gb-sxm")
 
@@ -317,6 +319,13 @@ def test_engine_kernel_choices_per_architecture() -> None:
                                  "block").impl == "flashinfer"
     assert gemm_kernel_for_label("vllm", "CutlassFp8BlockScaledMMKernel", "hopper",
                                  "block").impl == "cutlass"
+    # SGLang's FlashInfer path: its FA2 templates on Ada, its Blackwell backends (a family
+    # of their own, persistent) on B200
+    assert attention_kernel_for_label("sglang", "flashinfer", "ada",
+                                      "prefill").impl == "flashinfer"
+    on_b200 = attention_kernel_for_label("sglang", "flashinfer", "blackwell", "prefill")
+    assert on_b200.impl == "flashinfer-sm100"
+    assert attention_family(on_b200.impl).persistent
     with pytest.raises(PerfmodelError, match="engine"):
         attention_kernel("tgi", "hopper", "prefill")
 

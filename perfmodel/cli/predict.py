@@ -78,7 +78,8 @@ the whole batch (a linear layer's weight); --bias: an epilogue bias vector of le
       --seq-kv 4096 --head-dim 128 --dtype bf16 --engine trtllm --launch graph
 --impl/--kernel: flash (the fused kernel native to the GPU), flash2, flash3, flash4, paged
 (FA2 paged-KV), fmha-v2 and xqa (TensorRT-LLM before Blackwell), trtllm-gen (Blackwell),
-flashinfer, triton, naive (unfused math path: QK^T, scale/mask, softmax, PV).
+flashinfer, flashinfer-sm100 (its Blackwell backends), triton, naive (unfused math path:
+QK^T, scale/mask, softmax, PV).
 --num-splits: split-KV factor, auto (the library heuristic) or an integer >= 1.
 --engine trtllm|vllm|sglang: the engine's kernel for this GPU, its KV-cache write (and RoPE)
 kernel and bookkeeping; the stages are listed.
@@ -217,7 +218,8 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", default=None, help="dtype of K and V (default: --dtype)")
     p.add_argument("--impl", "--kernel", dest="impl", default=None,
                    help="kernel family: flash (native), flash2, flash3, flash4, paged, "
-                        "fmha-v2, xqa, trtllm-gen, flashinfer, triton, naive (default flash, "
+                        "fmha-v2, xqa, trtllm-gen, flashinfer, flashinfer-sm100, triton, "
+                        "naive (default flash, "
                         "or the --engine's choice)")
     p.add_argument("--num-splits", type=_splits, default="auto",
                    help="split-KV factor: auto or an integer >= 1 (default auto)")

@@ -22,18 +22,20 @@ __all__ = ["IMPLS", "Attention", "causal_pairs", "computed_pairs", "flash_bytes"
            "o_bytes", "pairs", "q_bytes"]
 
 Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2", "xqa",
-               "mmha", "trtllm-gen", "flashinfer", "triton"]
+               "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton"]
 #: Kernel families. ``flash`` is the fused kernel native to the architecture (FA2-class
 #: before Hopper, FA3/cuDNN-class on Hopper and later); ``flash2``/``flash3``/``flash4``
 #: are FlashAttention 2, 3 and 4 (CuTe); ``paged`` is FlashAttention-2's paged-KV kernel
 #: (``flash_attn_with_kvcache``); ``fmha-v2`` and ``xqa`` are TensorRT-LLM's context and
 #: decode kernels before Blackwell (``mmha`` its masked multi-head decode kernel, which it
 #: runs when each KV head has one query head), ``trtllm-gen`` its Blackwell kernels (also reached
-#: through FlashInfer); ``flashinfer`` is FlashInfer's own (FA2-template) kernels,
+#: through FlashInfer); ``flashinfer`` is FlashInfer's own (FA2-template) kernels and
+#: ``flashinfer-sm100`` its Blackwell backends (a different kernel, its own constants),
 #: ``triton`` the Triton kernels of vLLM/SGLang; ``naive`` is the unfused math path.
 #: Each family's traits: :mod:`perfmodel.timing.kernels`.
 IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2",
-                          "xqa", "mmha", "trtllm-gen", "flashinfer", "triton")
+                          "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100",
+                          "triton")
 _IMPL_SET = frozenset(IMPLS)
 _IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4", "math": "naive",
                  "unfused": "naive", "eager": "naive", "paged-kv": "paged", "kvcache": "paged",

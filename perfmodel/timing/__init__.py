@@ -46,6 +46,7 @@ Timer = Callable[[Any, HardwareSpec, RunContext, Constants], Prediction]
 _FA3_ARCHS = ("hopper", "blackwell")
 #: Kernel families that need TMA and warpgroup MMA (Hopper or later).
 _HOPPER_PLUS = ("flash3", "flash4")
+_BLACKWELL_ONLY = ("trtllm-gen", "flashinfer-sm100")
 
 
 def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
@@ -216,10 +217,10 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
         raise PerfmodelError("impl", f"{op.impl} kernels need Hopper or later; "
                              f"{spec.id} is {spec.arch}",
                              "use impl='flash' (the native fused kernel) or 'flash2'")
-    if op.impl == "trtllm-gen" and spec.arch != "blackwell":
-        raise PerfmodelError("impl", f"trtllm-gen kernels are built for Blackwell; {spec.id} "
+    if op.impl in _BLACKWELL_ONLY and spec.arch != "blackwell":
+        raise PerfmodelError("impl", f"{op.impl} kernels are built for Blackwell; {spec.id} "
                              f"is {spec.arch}", "use impl='fmha-v2' or 'xqa' (TensorRT-LLM "
-                             "before Blackwell), or impl='flash'")
+                             "before Blackwell), 'flashinfer', or impl='flash'")
     k = knobs_for(spec, "attention", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
     t = time_flash(op, k, env, consts)

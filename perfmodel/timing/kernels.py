@@ -190,6 +190,16 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "Hopper and Blackwell FlashInfer dispatches its own native backends (FA3 "
                     "template, SM100 kernels: SGLang's FlashInfer prefill rows on B200 reach "
                     "1.1 PFLOP/s, half the dense peak), so no synchronous-MMA share applies"),
+    AttentionFamily("flashinfer-sm100", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
+                    "short", "auto",
+                    "FlashInfer's Blackwell (SM100) attention backends, which SGLang's "
+                    "FlashInfer path dispatches on B200: persistent, warp-specialised like "
+                    "the trtllm-gen kernels whose traits it takes (its prefill rows on "
+                    "AIConfigurator's B200 reach 0.72-1.14 PFLOP/s at 2-16k tokens, up to "
+                    "half the dense peak, which no FA2-template kernel reaches there); a "
+                    "family of its own so that its constants are not pooled with FlashInfer's "
+                    "FA2 templates (Ampere, Ada) nor with TensorRT-LLM's own trtllm-gen calls; "
+                    + _BIG_D, prefill_packs=False),
     AttentionFamily("triton", False, (
         (("blackwell",), 256, 64, 64), (("blackwell",), 1e9, 16, 64),
         (("hopper",), 256, 128, 64), (("hopper",), 1e9, 32, 64),
@@ -201,7 +211,7 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
         "synchronous MMA (a warpgroup MMA needs 64 rows per warpgroup, triton-lang/triton "
         "issue 4758; SGLang's blocks on Hopper/Blackwell at the head dims it uses Triton "
         "for are 16-64 rows): fitted to AIConfigurator's rows with that share, the "
-        "family's bf16 rate is 0.83 (Ada), 0.81 (Blackwell), 0.50 (Hopper, head dim 512) "
+        "family's bf16 rate is 0.81 (Ada), 0.79 (Blackwell), 0.49 (Hopper, head dim 512) "
         "of the achievable one, against 0.82 / 0.20 / 0.26 without it" + _SYNC,
         max_splits=8.0,
         prefill_packs=False, sync_mma=True),
@@ -218,7 +228,7 @@ def tile_efficiency(q_tile: Any, kv_tile: Any, ops: Ops = VECTOR) -> Any:
 
 
 #: The kernel families whose softmax overlaps the matrix work (FA3-class scheduling).
-OVERLAPPED_SOFTMAX = ("flash3", "flash4", "trtllm-gen")
+OVERLAPPED_SOFTMAX = ("flash3", "flash4", "trtllm-gen", "flashinfer-sm100")
 
 
 def attention_family(impl: str) -> AttentionFamily:
