@@ -219,8 +219,7 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", "--kernel", dest="impl", default=None,
                    help="kernel family: flash (native), flash2, flash3, flash4, paged, "
                         "fmha-v2, xqa, trtllm-gen, flashinfer, flashinfer-sm100, triton, "
-                        "naive (default flash, "
-                        "or the --engine's choice)")
+                        "naive (default flash, or the --engine's choice)")
     p.add_argument("--num-splits", type=_splits, default="auto",
                    help="split-KV factor: auto or an integer >= 1 (default auto)")
     p.add_argument("--kv-write", action="store_true",
