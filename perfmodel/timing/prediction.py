@@ -137,13 +137,11 @@ def make_prediction(*, op: str, hardware: str, dtype: str, compute_s: Any, memor
     compute and memory. The ratio is that part over the larger of the other two.
     """
     if (type(compute_s) is float and type(memory_s) is float and type(overhead_s) is float
-            and type(latency_s) is float and type(flops) is float and type(bytes_) is float
-            and type(bytes_min) is float):
-        return _build_floats(op, hardware, dtype, compute_s, memory_s, overhead_s, latency_s,
-                             flops, bytes_, bytes_min, peak, bandwidth, ridge_point, stages,
-                             details)
-    if (type(compute_s) is float and type(memory_s) is float and type(overhead_s) is float
             and type(latency_s) is float and type(flops) is float and type(bytes_) is float):
+        if type(bytes_min) is float:
+            return _build_floats(op, hardware, dtype, compute_s, memory_s, overhead_s,
+                                 latency_s, flops, bytes_, bytes_min, peak, bandwidth,
+                                 ridge_point, stages, details)
         return _build(op, hardware, dtype, compute_s, memory_s, overhead_s, latency_s, flops,
                       bytes_, bytes_min, peak, bandwidth, ridge_point, stages, details, SCALAR)
     vals = [compute_s, memory_s, overhead_s, latency_s, flops, bytes_]
@@ -195,7 +193,7 @@ def _build_floats(op: str, hardware: str, dtype: str, c: float, m: float, o: flo
                   details: dict[str, Any] | None) -> Prediction:
     """:func:`_build` on floats (``SCALAR``), its ``ops`` calls written as Python
     conditionals operation for operation: one prediction in about a µs. ``tests/
-    test_fast_paths.py`` checks it against :func:`_build` on random parts."""
+    test_scalar_paths.py`` checks it against :func:`_build` on random parts."""
     tiny = 1e-30
     lat_ = lat if lat > tiny else tiny
     cu = f / (lat_ * peak)
