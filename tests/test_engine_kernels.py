@@ -231,6 +231,19 @@ def test_xqa_fallback_reads_kv_once_per_query_head_beyond_its_group_limit() -> N
     assert float(fallback.bytes) - float(packed.bytes) == pytest.approx(63 * kv, rel=0.01)
 
 
+@pytest.mark.parametrize("impl", ["flash2", "paged", "flashinfer"])
+def test_decode_packs_any_group_of_query_heads(impl: str) -> None:
+    """A one-token query packs all G query heads of a KV head into one tile's rows, however
+    large G (FA2's seqlenq_ngroups_swapped, FlashInfer's tensor-core decode have no upper
+    limit): G = 128 fills a 128-row tile, one CTA per (sequence, KV head), as G = 32 gives
+    one 32-row tile; unpacked it would be one 16-row tile per query head."""
+    for group, rows in ((32, 32), (128, 128)):
+        p = predict(pm.Attention(batch=4, heads=group, kv_heads=1, seq_q=1, seq_kv=64,
+                                 head_dim=128, impl=impl, num_splits=1), "a100-80gb-sxm")
+        assert float(p.details["q_tile"]) == rows
+        assert float(p.details["ctas"]) == 4 * 1
+
+
 def test_varlen_flash2_splits_only_packed_gqa_decode() -> None:
     mha, gqa = (predict(pm.Attention(batch=1, heads=h, kv_heads=8, seq_q=1, seq_kv=65536,
                                      head_dim=128, impl="flash2", num_splits="gqa"),

@@ -185,7 +185,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     elif fam.pack_gqa == "efficiency":
         packed = _pack_pays(seq_q, group, q_t, ops)
     elif fam.pack_gqa == "decode":
-        packed = ops.where(seq_q == 1, group <= 64, False)
+        packed = seq_q == 1
     else:
         packed = never
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
