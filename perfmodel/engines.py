@@ -96,6 +96,9 @@ class AttentionChoice:
     fp8_compute: bool = False
     """With an fp8 KV cache the call computes in fp8 (the query is quantized first), so the
     op's compute dtype is fp8, not the activations' dtype."""
+    tensor_core_min_group: float = 0.0
+    """FlashInfer decode: the fewest query heads per KV head for which the engine asks for
+    the tensor-core kernel (:attr:`perfmodel.ops.attention.Attention.tensor_core_min_group`)."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +183,15 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
     if arch == "hopper":
         return AttentionChoice("triton" if head_dim >= 512 else "flash3", source=_AIC)
     if arch == "ada":
-        return AttentionChoice("flashinfer", source=_AIC)
+        return AttentionChoice("flashinfer", source=_AIC,
+                               tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
     return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
+
+
+#: SGLang's FlashInfer backend asks for the tensor-core decode kernel over a 16-bit cache
+#: only when a KV head has at least 4 query heads (flashinfer_backend.py
+#: ``should_use_tensor_core``; always over an fp8 cache); vLLM's always uses it.
+_SGLANG_TENSOR_CORE_GROUP = 4.0
 
 
 #: The collectors' kernel labels (``ks=``) -> kernel family. TRT-LLM's own label
@@ -209,8 +219,11 @@ def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
         return base
     splits = base.num_splits if impl == base.impl else (
         _VARLEN_SPLITS if impl == "flash2" and engine in ("vllm", "sglang") else "auto")
+    tc_group = _SGLANG_TENSOR_CORE_GROUP if impl == "flashinfer" and \
+        normalize_engine(engine) == "sglang" else 0.0
     return AttentionChoice(impl, kv_write=base.kv_write, rope=base.rope,
-                           source=f"recorded kernel {label!r}", num_splits=splits)
+                           source=f"recorded kernel {label!r}", num_splits=splits,
+                           tensor_core_min_group=tc_group)
 
 
 # -------------------------------------------------------------------------------- GEMM

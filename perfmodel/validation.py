@@ -401,6 +401,7 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
     head_dim = sizes["head_dim"]
     impl, splits = str(key[3]), key[4]
     kv_write = rope = False
+    tc_group = 0.0
     rule = f"{impl} (num_splits={splits}): {kernel_path(first.impl)[2]}"
     if first.engine:
         attn = attention_kernel_for_label(first.engine, first.kernel, spec.arch,
@@ -408,12 +409,12 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
                                           first.kv_dtype or dtype,
                                           1.0 if key[6] else 0.0)
         impl, kv_write, rope = attn.impl, attn.kv_write, attn.rope
-        splits = attn.num_splits
+        splits, tc_group = attn.num_splits, attn.tensor_core_min_group
         rule = (f"{first.engine} {impl}" + (" + KV write" if kv_write else "")
                 + (" with RoPE" if rope else "") + f" ({attn.source})")
     attn_op = ROW_OPS["attention"].build(
         dtype, sizes, causal=bool(key[2]), kv_dtype=first.kv_dtype or None, impl=impl,
-        num_splits=splits, kv_write=kv_write, rope=rope,
+        num_splits=splits, kv_write=kv_write, rope=rope, tensor_core_min_group=tc_group,
         # the engine call's kind, for the whole batch (rows are grouped by their phase
         # column): decode when every row has one query token, as the model constants were
         # fitted (a batch labelled prefill that runs a decode kernel on one-token rows)

@@ -244,6 +244,45 @@ def test_decode_packs_any_group_of_query_heads(impl: str) -> None:
         assert float(p.details["ctas"]) == 4 * 1
 
 
+def test_sglang_flashinfer_decode_runs_cuda_cores_below_four_query_heads() -> None:
+    """SGLang asks FlashInfer for its CUDA-core decode kernel over a 16-bit cache when a KV
+    head has fewer than 4 query heads: no 16-row MMA padding (q_tile = G), more CTAs
+    resident per SM (shared memory at G = 1, D = 128: 2 stages × K,V × 4·8 keys × 128 × 2 B
+    = 32 KiB, three per 100 KiB L40S SM; the tensor-core tile needs 64 KiB: one)."""
+    for group in (1.0, 2.0, 3.0):
+        assert attention_kernel("sglang", "ada", "decode",
+                                group=group).tensor_core_min_group == 4.0
+    assert attention_kernel("vllm", "ada", "decode", kv_dtype="fp8",
+                            group=1.0).tensor_core_min_group == 0.0
+    assert attention_kernel_for_label("sglang", "flashinfer", "ada",
+                                      "decode").tensor_core_min_group == 4.0
+
+    def run(heads: int, kv_heads: int, tc_group: float, dtype: str = "bf16") -> Any:
+        return predict(pm.Attention(batch=1024, heads=heads, kv_heads=kv_heads, seq_q=1,
+                                    seq_kv=8, head_dim=128, dtype=dtype, impl="flashinfer",
+                                    tensor_core_min_group=tc_group), "l40s")
+
+    cuda, tensor = run(24, 24, 4.0), run(24, 24, 0.0)
+    assert float(cuda.details["q_tile"]) == 1
+    assert float(tensor.details["q_tile"]) == 16
+    assert float(cuda.details["ctas"]) == float(tensor.details["ctas"]) == 1024 * 24
+    # three resident CTAs per SM instead of one: fewer waves of the per-tile time
+    assert float(cuda.latency_s) < 0.6 * float(tensor.latency_s)
+    # grouped heads (G ≥ 4) and an fp8 cache keep the tensor-core kernel
+    assert float(run(32, 8, 4.0).latency_s) == float(run(32, 8, 0.0).latency_s)
+    assert float(run(24, 24, 4.0, "fp8").latency_s) == float(run(24, 24, 0.0, "fp8").latency_s)
+    # families without a CUDA-core decode kernel ignore the setting
+    a, b = (predict(pm.Attention(batch=64, heads=8, seq_q=1, seq_kv=512, impl="flash2",
+                                 tensor_core_min_group=g), "l40s") for g in (0.0, 4.0))
+    assert float(a.latency_s) == float(b.latency_s)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), True, "4"])
+def test_tensor_core_min_group_rejects_nonsense(bad: object) -> None:
+    with pytest.raises(PerfmodelError, match="tensor_core_min_group"):
+        pm.Attention(seq_q=1, seq_kv=64, tensor_core_min_group=bad)  # type: ignore[arg-type]
+
+
 def test_varlen_flash2_splits_only_packed_gqa_decode() -> None:
     mha, gqa = (predict(pm.Attention(batch=1, heads=h, kv_heads=8, seq_q=1, seq_kv=65536,
                                      head_dim=128, impl="flash2", num_splits="gqa"),

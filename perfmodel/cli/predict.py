@@ -230,6 +230,7 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
 
 def _build_attention(a: argparse.Namespace) -> Op:
     impl, kv_write, rope, splits = a.impl or "flash", a.kv_write, a.rope, a.num_splits
+    tc_group = 0.0
     if a.engine:
         phase = "decode" if a.seq_q == 1 else "prefill"
         choice = attention_kernel(a.engine, a.arch_for_engine, phase, a.head_dim,
@@ -238,10 +239,13 @@ def _build_attention(a: argparse.Namespace) -> Op:
         kv_write, rope = kv_write or choice.kv_write, rope or choice.rope
         if splits == "auto":
             splits = choice.num_splits
+        if impl == choice.impl:
+            tc_group = choice.tensor_core_min_group
     return Attention(batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, seq_q=a.seq_q,
                      seq_kv=a.seq_kv, head_dim=a.head_dim, value_dim=a.value_dim,
                      causal=a.causal, dtype=a.dtype, kv_dtype=a.kv_dtype, impl=impl,
-                     num_splits=splits, kv_write=kv_write, rope=rope)
+                     num_splits=splits, kv_write=kv_write, rope=rope,
+                     tensor_core_min_group=tc_group)
 
 
 def _dtype_flag(p: argparse.ArgumentParser) -> None:

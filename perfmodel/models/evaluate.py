@@ -180,7 +180,8 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
         choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
                                   head_dim, kvd, group)
         new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
-               "num_splits": choice.num_splits}
+               "num_splits": choice.num_splits,
+               "tensor_core_min_group": choice.tensor_core_min_group}
         fp8 = choice.fp8_compute and "fp8" in hw.peaks
         if fp8:
             new["dtype"] = "fp8"

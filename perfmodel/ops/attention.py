@@ -6,6 +6,7 @@ D head dim, D_v value dim, s / s_kv bytes per element of Q,O / K,V.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -151,12 +152,18 @@ class Attention:
     phase: Literal["auto", "prefill", "decode"]
     """The kind of engine call (its bookkeeping differs): ``prefill`` (context) or
     ``decode`` (generation); ``auto``: decode where seq_q = 1, else prefill."""
+    tensor_core_min_group: float
+    """For a family with a CUDA-core decode kernel (FlashInfer's): the fewest query heads
+    per KV head for which a one-token query over a 16-bit cache runs the tensor-core kernel;
+    smaller groups run the CUDA-core one. 0 (default): always the tensor-core kernel.
+    SGLang calls FlashInfer with 4 (``should_use_tensor_core``: fp8 cache, or G ≥ 4)."""
 
     def __init__(self, batch: Any = 1, heads: Any = 32, kv_heads: Any = None, seq_q: Any = 2048,
                  seq_kv: Any = None, head_dim: Any = 128, value_dim: Any = None,
                  causal: bool = False, dtype: str = "bf16", kv_dtype: str | None = None,
                  impl: str = "flash", num_splits: int | str = "auto", kv_write: bool = False,
-                 rope: bool = False, phase: str = "auto") -> None:
+                 rope: bool = False, phase: str = "auto",
+                 tensor_core_min_group: float = 0.0) -> None:
         b_, h_ = as_size(batch, "batch"), as_size(heads, "heads")
         hkv = as_size(heads if kv_heads is None else kv_heads, "kv_heads")
         sq = as_size(seq_q, "seq_q")
@@ -183,6 +190,13 @@ class Attention:
         if phase not in ("auto", "prefill", "decode"):
             raise PerfmodelError("phase", f"unknown phase {phase!r}",
                                  "use 'auto', 'prefill' or 'decode'")
+        tc_group = float(tensor_core_min_group) if isinstance(
+            tensor_core_min_group, (int, float, np.integer, np.floating)) \
+            and not isinstance(tensor_core_min_group, bool) else math.nan
+        if not (0.0 <= tc_group < math.inf):
+            raise PerfmodelError("tensor_core_min_group",
+                                 f"must be a finite number ≥ 0, got {tensor_core_min_group!r}",
+                                 "e.g. 0 (always the tensor-core decode kernel) or 4 (SGLang)")
         if not one:  # one shape broadcasts trivially
             broadcast_fields(batch=b_, heads=h_, kv_heads=hkv, seq_q=sq, seq_kv=skv,
                              head_dim=d, value_dim=dv)
@@ -190,7 +204,8 @@ class Attention:
         self.__dict__.update(batch=b_, heads=h_, kv_heads=hkv, seq_q=sq, seq_kv=skv,
                              head_dim=d, value_dim=dv, causal=bool(causal), dtype=dt,
                              kv_dtype=kv_dt, impl=key, num_splits=num_splits,
-                             kv_write=bool(kv_write), rope=bool(rope), phase=phase)
+                             kv_write=bool(kv_write), rope=bool(rope), phase=phase,
+                             tensor_core_min_group=tc_group)
 
     @property
     def name(self) -> str:

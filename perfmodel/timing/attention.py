@@ -8,6 +8,10 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   a head unit then has R = G·S_q rows, else R = S_q per query head. Tiles are padded to the
   MMA granularity (16 rows): q_eff = min(q_t, 16·⌈R/16⌉). Work tiles:
   T₀ = B·H_u·⌈R/q_eff⌉, H_u = H_kv packed, H_q otherwise.
+- **CUDA-core decode** (FlashInfer, when the caller asks for it: a one-token query over a
+  16-bit cache with G < ``tensor_core_min_group``): one CTA per (sequence, KV head) with
+  q_eff = G rows (no MMA padding), 32-key steps, the dot products as fp32 FMAs, and as many
+  resident CTAs as its shared memory allows (at most 4).
 - **Split-KV** (``auto`` families): when T₀ does not fill the device, the keys are split
   over s CTAs (the smallest s reaching 85 % of the best wave efficiency, as FlashAttention
   chooses), plus a combine kernel and fp32 partial outputs: T = T₀·s tiles.
@@ -147,6 +151,31 @@ def _tiles(fam: AttentionFamily, arch: str, d: Any, s: float, smem: float) -> tu
     return q, kv
 
 
+#: Keys a CUDA-core decode CTA pads its last step to (FlashInfer: t·b_z, 32 for G = 1).
+_CC_KEYS = 32.0
+#: Most CUDA-core decode CTAs resident on one SM: 128-thread CTAs at an assumed 128
+#: registers per thread fill a 64 K-register file four times (an assumption: the kernel's
+#: register count is not published; the fit to AIConfigurator's L40S rows is the same
+#: for caps of 4 and 8, since shared memory binds first at G = 1).
+_CC_MAX_RESIDENT = 4.0
+
+
+def _cuda_core_residency(d: Any, group: Any, s_kv: float, smem: float,
+                         ops: Ops = VECTOR) -> Any:
+    """Resident CTAs per SM of FlashInfer's CUDA-core decode kernel (decode.cuh): vectors
+    of v = max(16/s, D/32) elements, b_x = D/v threads per head, b_y = G heads,
+    max(128, b_x·G) threads, b_z = ⌊threads/(b_x·G)⌋ key groups, t = 4 keys per thread
+    group at G = 1 (2 for an 8-bit cache), 1 otherwise; shared memory 2 stages × (K, V) ×
+    t·G·b_z keys × D × s bytes; at most ``_CC_MAX_RESIDENT``."""
+    vec = ops.maximum(16.0 / s_kv, d / 32.0)
+    bdx = d / vec
+    threads = ops.maximum(128.0, bdx * group)
+    bdz = ops.maximum(ops.floor(threads / (bdx * group)), 1.0)
+    keys = ops.where(group == 1.0, 4.0 if s_kv > 1.0 else 2.0, 1.0) * group * bdz
+    need = 2.0 * 2.0 * keys * d * s_kv
+    return ops.clip(ops.floor(smem / need), 1.0, _CC_MAX_RESIDENT)
+
+
 def _pack_pays(seq_q: Any, group: Any, q_t: Any, ops: Ops = VECTOR) -> Any:
     """FlashAttention-3's rule (hopper/heuristics.h ``should_pack_gqa``): pack the G query
     heads of a KV head into the rows of one tile when the row tiles would be filled less
@@ -171,10 +200,17 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     q_t, kv_t = _tiles(fam, arch, d, s, smem)
     need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
     per_unit = 1.0 if fam.persistent else ops.clip(ops.floor(smem / need), 1.0, 2.0)
-    slots = k.units * per_unit
 
     group = heads / kv_heads
     never = ops.where(seq_q < 0, True, False)  # False as a bool of the shape
+    cuda_cores = never
+    if fam.cuda_core_decode and op.tensor_core_min_group > 0.0 and op.dtype != "fp8" \
+            and op.kv_dtype != "fp8":
+        cuda_cores = ops.where(seq_q == 1, group < op.tensor_core_min_group, False)
+        per_unit = ops.where(cuda_cores, _cuda_core_residency(d, group, s_kv, smem, ops),
+                             per_unit)
+        kv_t = ops.where(cuda_cores, _CC_KEYS, kv_t)
+    slots = k.units * per_unit
     # a prefill call of a family with a context kernel of its own runs that kernel, which
     # does not pack heads, even for one-token prompts
     context_kernel = op.phase == "prefill" and not fam.prefill_packs
@@ -191,7 +227,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
     packed = ops.where(fallback, False, packed)
     rows = ops.where(packed, seq_q * group, seq_q)
-    q_eff = ops.minimum(q_t, _MMA_ROWS * ops.ceil(rows / _MMA_ROWS))
+    # tensor-core tiles pad rows to the MMA granularity; the CUDA-core kernel does not
+    q_eff = ops.where(cuda_cores, rows, ops.minimum(q_t, _MMA_ROWS * ops.ceil(rows / _MMA_ROWS)))
     q_tiles = ops.ceil(rows / q_eff)
     heads_u = ops.where(packed, kv_heads, heads)
     base = batch * heads_u * q_tiles
@@ -225,6 +262,10 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     if fam.sync_mma:  # an Ampere-style kernel: the synchronous MMA path's share of the peak
         eff = eff * k.family.sync_mma_fraction
     t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
+    # the CUDA-core kernel's dot products: fused multiply-adds at the fp32 peak (2 FLOPs per
+    # FMA, 4 vector operations' worth)
+    t_tensor = ops.where(cuda_cores, 2.0 * all_pairs * (d + dv) / (4.0 * k.vector_op_rate),
+                         t_tensor)
     t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
     if op.kv_dtype == "fp8" and not fp8:
         # the bf16 kernel converts every K/V element it loads

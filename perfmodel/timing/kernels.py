@@ -89,6 +89,10 @@ class AttentionFamily:
         unsplit CTA per query head.
     fp8_unsplit:
         Architectures on which the kernel does not split the keys of an fp8 KV cache.
+    cuda_core_decode:
+        Whether the family also has a decode kernel that computes on the CUDA cores (no
+        tensor cores), which a caller may choose for one-token queries over a 16-bit cache
+        (:attr:`perfmodel.ops.attention.Attention.tensor_core_min_group`).
     sync_mma:
         Whether its matrix work issues the synchronous warp-level MMA (kernels written for
         Ampere): on Hopper and Blackwell it then runs at the architecture's
@@ -113,6 +117,7 @@ class AttentionFamily:
     fp8_unsplit: tuple[str, ...] = ()
     prefill_packs: bool = True
     sync_mma: bool = False
+    cuda_core_decode: bool = False
 
     @property
     def arch_tiles(self) -> bool:
@@ -189,7 +194,11 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "above d 128) and its decode kernel (head-group tiles, split-KV); on "
                     "Hopper and Blackwell FlashInfer dispatches its own native backends (FA3 "
                     "template, SM100 kernels: SGLang's FlashInfer prefill rows on B200 reach "
-                    "1.1 PFLOP/s, half the dense peak), so no synchronous-MMA share applies"),
+                    "1.1 PFLOP/s, half the dense peak), so no synchronous-MMA share applies. "
+                    "Its decode wrapper also has a CUDA-core kernel (use_tensor_cores=False: "
+                    "one CTA of ≥ 128 threads per (sequence, KV head), dot products on the "
+                    "fp32 units, shared memory 2 stages × K and V × t·G·b_z keys × D: "
+                    "flashinfer decode.py / decode.cuh)", cuda_core_decode=True),
     AttentionFamily("flashinfer-sm100", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
                     "short", "auto",
                     "FlashInfer's Blackwell (SM100) attention backends, which SGLang's "
