@@ -125,6 +125,7 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
 
     TRT-LLM: fmha_v2 context kernels and XQA decode before Blackwell (its masked-MHA
     kernel when ``group``, the query heads per KV head, is 1), trtllm-gen on Blackwell;
+    decode with more than 32 query heads per KV head runs masked MHA everywhere;
     vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
     FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
     SGLang: FlashAttention (SM80 path) on Ampere, FA3 on Hopper (Triton for head dim 512),
@@ -164,6 +165,9 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
     """:func:`attention_kernel` of a named engine, before the compute dtype."""
     blackwell = arch in ("blackwell",)
     if eng == "trtllm":
+        if decode and group > _TRTLLM_MAX_GROUP:
+            return AttentionChoice("mmha", source=_AIC + "; more than 32 query heads per KV "
+                                   "head: the masked-MHA fallback, on every architecture")
         if blackwell:
             return AttentionChoice("trtllm-gen", rope=not decode, source=_AIC)
         if decode and group == 1.0:  # one query head per KV head: the masked-MHA kernel
@@ -187,6 +191,13 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
     return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
 
+
+#: Most query heads per KV head TensorRT-LLM's generation kernels (XQA before Blackwell,
+#: trtllm-gen on it) take; larger groups run its masked-MHA kernel. Observed in
+#: AIConfigurator's rows (TRT-LLM 1.0-1.3) on all four GPUs: beyond 32 the decode time
+#: grows with query heads × sequences at 0.1-100 GB/s (B200: 2.07 ms for 2048 sequences ×
+#: 96 query heads over 2 keys, against 0.17 ms with 4 KV heads, 24 per group).
+_TRTLLM_MAX_GROUP = 32.0
 
 #: SGLang's FlashInfer backend asks for the tensor-core decode kernel over a 16-bit cache
 #: only when a KV head has at least 4 query heads (flashinfer_backend.py

@@ -337,9 +337,13 @@ def _batch_key(row: Measurement) -> tuple[Any, ...]:
         return (row.op, row.dtype, "bias=y" in row.notes.lower() or "bias=true" in
                 row.impl.lower(), *labels)
     path, splits, _ = kernel_path(row.impl, row.phase)
-    # an engine may dispatch another kernel when each KV head has one query head
-    mha = bool(row.engine) and row.heads == (row.kv_heads or row.heads)
-    return (row.op, row.dtype, row.causal, path, splits, row.phase, mha, *labels)
+    # an engine may dispatch another kernel when each KV head has one query head, or more
+    # than 32 (TensorRT-LLM's masked-MHA fallbacks): rows are batched by that band
+    band = 0
+    if row.engine and row.heads:
+        group = row.heads / (row.kv_heads or row.heads)
+        band = 1 if group == 1 else (3 if group > 32 else 2)
+    return (row.op, row.dtype, row.causal, path, splits, row.phase, band, *labels)
 
 
 def _arr(rows: Sequence[Measurement], name: str, default: int) -> Array:
@@ -407,7 +411,8 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
         attn = attention_kernel_for_label(first.engine, first.kernel, spec.arch,
                                           first.phase, float(np.max(head_dim)),
                                           first.kv_dtype or dtype,
-                                          1.0 if key[6] else 0.0)
+                                          float(np.max(sizes["heads"] / sizes["kv_heads"]))
+                                          if key[6] else 0.0)
         impl, kv_write, rope = attn.impl, attn.kv_write, attn.rope
         splits, tc_group = attn.num_splits, attn.tensor_core_min_group
         rule = (f"{first.engine} {impl}" + (" + KV write" if kv_write else "")

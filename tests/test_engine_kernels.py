@@ -353,6 +353,12 @@ def test_engine_kernel_choices_per_architecture() -> None:
     assert attention_kernel("trtllm", "hopper", "decode", group=8.0).impl == "xqa"
     assert attention_kernel("trtllm", "hopper", "prefill", group=1.0).impl == "fmha-v2"
     assert attention_kernel("trtllm", "blackwell", "decode", group=1.0).impl == "trtllm-gen"
+    # more than 32 query heads per KV head: masked MHA on every architecture, decode only
+    for arch in ("ampere", "ada", "hopper", "blackwell"):
+        assert attention_kernel("trtllm", arch, "decode", group=64.0).impl == "mmha"
+        assert attention_kernel("trtllm", arch, "decode", group=32.0).impl != "mmha"
+    assert attention_kernel("trtllm", "hopper", "prefill", group=64.0).impl == "fmha-v2"
+    assert attention_kernel("vllm", "blackwell", "decode", group=64.0).impl == "trtllm-gen"
     assert attention_kernel_for_label("trtllm", "torch_flow", "ada", "decode",
                                       group=1.0).impl == "mmha"
     assert attention_kernel("trtllm", "blackwell", "decode").impl == "trtllm-gen"
