@@ -6,6 +6,7 @@ reports (``Prediction.bytes_min``, ``stages``), never with a copy of the formula
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,56 @@ def test_activation_quantize_is_a_stage_with_its_own_bytes() -> None:
     assert float(quant.bytes) == pytest.approx(m * k * (2 + 1 + 4 / 128))
     assert float(p.latency_s) == pytest.approx(sum(float(s.latency_s) for _, s in p.stages))
     assert float(p.details["kernels"]) == 2
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "b200"])
+def test_engine_quantized_gemms_do_not_split_k(gpu: str) -> None:
+    """A decode-shaped GEMM with few output tiles: cuBLAS splits K over idle SMs, the
+    engines' quantized kernels (one CTA per output tile) do not, and so stream the weights
+    through fewer SMs: slower. The unsplit call's memory time is at least its weight bytes
+    at the bandwidth its CTAs can pull (per-CTA bandwidth × CTAs)."""
+    hw = pm.load_hardware(gpu)
+    shape = {"m": 16, "n": 768, "k": 65536, "dtype": "fp8", "out_dtype": "bf16"}
+    split = predict(pm.Gemm(**shape, quant="per-tensor", impl="cublas"), hw, constants=PRIORS)
+    assert float(split.details["split_k"]) > 1
+    for impl, quant in (("deepgemm", "block"), ("cutlass", "per-tensor")):
+        one = predict(pm.Gemm(**shape, quant=quant, impl=impl), hw, constants=PRIORS)
+        gemm = dict(one.stages)["gemm"] if one.stages else one  # without the quantize stage
+        assert float(gemm.details["split_k"]) == 1
+        tiles = 768 / float(gemm.details["tile_n"]) * math.ceil(16 / float(
+            gemm.details["tile_m"]))
+        k = knobs_for(hw, "gemm", "fp8")
+        weights = 768 * 65536  # one byte per fp8 element
+        assert float(gemm.memory_s) >= weights / (tiles * k.cta_bandwidth
+                                                  * k.achievable_bandwidth / k.units)
+        assert float(gemm.latency_s) > float(split.latency_s)
+
+
+def test_few_tiles_run_small_tiles_without_their_bandwidth_penalty() -> None:
+    """A tile's efficiency e < 1 is the L2 operand bandwidth a small tile lacks when every
+    SM draws on it; with C of the U slots busy its compute time is scaled by max(e, C/U).
+    One output tile of an unsplit family runs at its SM's full rate, 2·t_m·t_n·k FLOPs
+    (the padded tile) at R/U; a full wave of small tiles keeps the penalty: W·2·t_m·t_n·k
+    at e·R/U."""
+    hw = pm.load_hardware("h100-sxm")
+    k = knobs_for(hw, "gemm", "fp8")
+    eff = {(tm, tn): e for tm, tn, e in k.family.tensor_tiles}
+    per_sm = k.rate * float(PRIORS["gemm.cutlass.per-tensor.efficiency"]) / k.units
+
+    def gemm(m: int, n: int, kk: int) -> Any:
+        p = predict(pm.Gemm(m=m, n=n, k=kk, dtype="fp8", out_dtype="bf16",
+                            quant="per-tensor", impl="cutlass"), hw, constants=PRIORS)
+        return dict(p.stages)["gemm"] if p.stages else p
+
+    one = gemm(64, 64, 1 << 20)
+    tm, tn = float(one.details["tile_m"]), float(one.details["tile_n"])
+    assert float(one.compute_s) == pytest.approx(2.0 * tm * tn * (1 << 20) / per_sm,
+                                                 rel=1e-9)
+    full = gemm(64, 64 * k.units * int(k.family.tiles_per_unit), 4096)
+    tm, tn = float(full.details["tile_m"]), float(full.details["tile_n"])
+    assert eff[(tm, tn)] < 1.0
+    expect = float(full.details["waves"]) * 2.0 * tm * tn * 4096 / (eff[(tm, tn)] * per_sm)
+    assert float(full.compute_s) == pytest.approx(expect, rel=1e-9)
 
 
 def test_quant_scheme_must_match_dtype() -> None:

@@ -19,8 +19,15 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
 A calibration may rescale the fill (``fill_waves``), the per-CTA bandwidth and the tile
 efficiencies (e → e^a, ``tile_efficiency_exponent``); see :mod:`perfmodel.timing.knobs`.
 
-Split-K is considered only when the unsplit tiles do not fill one wave (T/s < U·r), and
-only while each split keeps at least 128 of k.
+Split-K is considered only when the unsplit tiles do not fill one wave (T/s < U·r), only
+while each split keeps at least 128 of k, and only for kernel families that split K (the
+vendor library; not the engines' quantized-GEMM kernels:
+:data:`perfmodel.timing.kernels.GEMM_UNSPLIT`).
+
+A tile's efficiency e < 1 is the operand bandwidth a small tile lacks when every SM draws
+on L2 at once; with C = min(T, U·r) < U·r tiles in flight the busy SMs share it among
+fewer, so the compute time is scaled by max(e, C/(U·r)) (at most the SM's full rate per
+tile: e·slots/C ≥ 1 removes the penalty).
 
 The library is modelled as choosing the fastest candidate (the first of equals in menu
 order). The search prunes: a candidate's latency is at least
@@ -47,6 +54,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.ops.gemm import Gemm, operand_bytes, tiled_traffic
 from perfmodel.timing.core import Env, l2_hit_fraction, overlap
 from perfmodel.timing.family import FamilyParams
+from perfmodel.timing.kernels import gemm_splits_k
 from perfmodel.timing.knobs import Knobs
 
 __all__ = ["time_gemm"]
@@ -106,7 +114,8 @@ class _Call:
     table: Array
     """Every candidate, plain then split: (t_m, t_n, e, s, t_tile, fill, launches)."""
     least_tile_s: float
-    """The least t_tile per unit of t_m·t_n of the menu: 2·U/(e_max·R)."""
+    """The least t_tile·e per unit of t_m·t_n of the menu (a tile's time at its least
+    relieved efficiency, :func:`_relief`): 2·U/R."""
     plain_cols: _Tile
     """The plain candidates as one tile of column arrays (candidates × 1)."""
     split_cols: _Tile | None
@@ -129,21 +138,23 @@ def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: in
     return tuple(out)
 
 
-def _call(k: Knobs, env: Env, rate: float, s_in: float, s_out: float) -> _Call:
+def _call(k: Knobs, env: Env, rate: float, s_in: float, s_out: float,
+          split_k: bool = True) -> _Call:
     return _call_cached(k.family, k.unit, k.tile_exponent, k.units, rate, s_in, s_out,
                         k.achievable_bandwidth, k.cta_bandwidth, k.memory_latency_s,
                         k.fill_waves, env.kernel_s, k.overlap_p, env.warm, env.l2_capacity,
-                        env.l2_bandwidth)
+                        env.l2_bandwidth, split_k)
 
 
 @functools.lru_cache(maxsize=512)
 def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate: float,
                  s_in: float, s_out: float, bandwidth: float, cta_bandwidth: float,
                  latency: float, fill_waves: float, kernel_s: float, overlap_p: float,
-                 warm: bool, l2_capacity: float, l2_bandwidth: float) -> _Call:
+                 warm: bool, l2_capacity: float, l2_bandwidth: float,
+                 split_k: bool = True) -> _Call:
     key = (fam, unit, exponent, units, rate, s_in, s_out, bandwidth)
     plain = _tiles(*key[:2], False, *key[2:])
-    splits = _tiles(*key[:2], True, *key[2:])
+    splits = _tiles(*key[:2], True, *key[2:]) if split_k else ()
     shapes = sorted({(t.tm, t.tn) for t in splits}, key=[(t.tm, t.tn) for t in plain].index)
     index = tuple(tuple(j for j, t in enumerate(splits) if (t.tm, t.tn) == tile)
                   for tile in shapes)
@@ -160,7 +171,7 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  split_values=tuple(sorted({t.split for t in plain + splits})),
                  split_groups=tuple(tuple(splits[j] for j in idx) for idx in index),
                  split_index=index, table=table,
-                 least_tile_s=min(t.tile_s / (t.tm * t.tn) for t in plain),
+                 least_tile_s=min(t.tile_s * t.eff / (t.tm * t.tn) for t in plain),
                  plain_cols=_columns(plain), split_cols=_columns(splits) if splits else None)
 
 
@@ -196,6 +207,12 @@ def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
     return ops.clip(conc * call.cta_share, 1e-3, 1.0)
 
 
+def _relief(t: _Tile, conc: Any, slots: float, ops: Ops) -> Any:
+    """max(e, C/slots): the share of a tile's efficiency penalty left with C of the slots
+    busy (module doc)."""
+    return ops.maximum(t.eff, conc / slots)
+
+
 def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn: Any,
            a: Any, w: Any, c: Any, fits: Any, per_byte: Any,
            is_split: bool | None = None) -> dict[str, Any]:
@@ -206,8 +223,8 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     tiles_n = ops.ceil(n / t.tn)
     tiles = (b * t.split) * tiles_m * tiles_n
     waves = ops.ceil(tiles / call.slots)
-    compute = waves * t.tile_s * ops.ceil(kk / t.split)
     conc = ops.minimum(tiles, call.slots)
+    compute = waves * t.tile_s * ops.ceil(kk / t.split) * _relief(t, conc, call.slots, ops)
     traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
     if split:  # split-K: fp32 partials written and read back by a reduce kernel
         traffic = traffic + (8.0 * t.split) * mn
@@ -248,8 +265,9 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     traffic A + B + C, plus split partials, for the tiled traffic), times a slack of
     1 − 10⁻⁹ so that rounding never lifts it above the true latency."""
     tiles = (sh.b * t.split) * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
-    compute = ops.ceil(tiles / call.slots) * t.tile_s * sh.k_split[t.split]
     conc = ops.minimum(tiles, call.slots)
+    compute = ops.ceil(tiles / call.slots) * t.tile_s * sh.k_split[t.split] \
+        * _relief(t, conc, call.slots, ops)
     traffic = sh.least + (8.0 * t.split) * sh.mn if t.split > 1 else sh.least
     memory = _stream_lb(call, traffic, sh.per_byte, _frac(call, conc, ops))
     overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
@@ -258,10 +276,11 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
 
 def _split_bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     """A lower bound of every split-K candidate of tile ``t`` at once (s ≥ 2): compute ≥
-    the work spread over every slot, b·⌈m/t_m⌉·⌈n/t_n⌉·t_tile·k/slots; memory ≥ A + B + C
+    the work spread over every slot at the tile's most relieved rate,
+    b·⌈m/t_m⌉·⌈n/t_n⌉·t_tile·e·k/slots; memory ≥ A + B + C
     + 16·b·m·n bytes at full bandwidth; the fixed part grows with s."""
     tiles = sh.b * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
-    compute = tiles * t.tile_s * sh.kk / call.slots
+    compute = tiles * t.tile_s * t.eff * sh.kk / call.slots
     memory = _stream_lb(call, sh.least + 16.0 * sh.mn, sh.per_byte, 1.0)
     conc = ops.minimum(2.0 * tiles, call.slots)
     overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
@@ -289,8 +308,10 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
     def bound(t: _Tile) -> float:
         split = t.split
         tiles = (b * split) * tiles_m[t.tm] * tiles_n[t.tn]
-        compute = ceil(tiles / slots) * t.tile_s * (kk if split == 1.0 else ceil(kk / split))
         conc = tiles if tiles < slots else slots
+        relief = conc / slots if conc / slots > t.eff else t.eff
+        compute = ceil(tiles / slots) * t.tile_s * (kk if split == 1.0 else ceil(kk / split)) \
+            * relief
         frac = conc * share
         frac = 1e-3 if frac < 1e-3 else (1.0 if frac > 1.0 else frac)
         memory = (least if split == 1.0 else least + 8.0 * split * mn) * per / frac + lat
@@ -315,7 +336,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
             for g, group in enumerate(call.split_groups):
                 t = group[0]
                 tiles = b * tiles_m[t.tm] * tiles_n[t.tn]
-                compute = tiles * t.tile_s * kk / slots
+                compute = tiles * t.tile_s * t.eff * kk / slots
                 conc = 2.0 * tiles if 2.0 * tiles < slots else slots
                 memory = (least + 16.0 * mn) * per + lat
                 order.append((((compute if compute > memory else memory)
@@ -481,7 +502,7 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str
     family and scheme."""
     s_in = bytes_per_element(op.dtype)
     s_out = bytes_per_element(op.out_dtype)
-    call = _call(k, env, k.rate * efficiency, s_in, s_out)
+    call = _call(k, env, k.rate * efficiency, s_in, s_out, gemm_splits_k(op.impl))
     l2 = k.l2_bytes
     shape = op.shape
     if shape == () and np.ndim(env.copies) == 0:

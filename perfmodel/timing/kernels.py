@@ -19,10 +19,10 @@ from perfmodel._xp import VECTOR, Ops
 from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
 from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
 
-__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM",
-           "AttentionFamily", "attention_class", "attention_family",
+__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_UNSPLIT", "OVERLAPPED_SOFTMAX",
+           "QUANTIZED_GEMM", "AttentionFamily", "attention_class", "attention_family",
            "attn_constant", "attn_name", "gemm_efficiency", "gemm_efficiency_name",
-           "tile_efficiency"]
+           "gemm_splits_k", "tile_efficiency"]
 
 
 def gemm_efficiency_name(impl: str, quant: str) -> str:
@@ -45,6 +45,26 @@ register(*(
           "linear", parent=None if quant == "none" else QUANTIZED_GEMM)
     for impl in GEMM_IMPLS for quant in QUANT_SCHEMES
 ))
+
+
+#: GEMM kernel families that never split K: the engines' quantized-GEMM kernels run one
+#: CTA per output tile (vLLM's and SGLang's CUTLASS scaled-mm dispatch picks tile shapes by
+#: m, DeepGEMM sizes its blocks to fill the SMs, FlashInfer's groupwise and CuTe-DSL GEMMs
+#: and vLLM's Triton block-fp8 kernel launch one program per output tile, TensorRT-LLM's
+#: CUTLASS fp8-block and nvfp4 GEMMs likewise), so a call with few output tiles keeps few
+#: SMs busy and streams its weights at their share of the bandwidth. Observed in
+#: AIConfigurator's rows: at m ≤ 16 with ≤ 16 output tiles of 128 columns these kernels
+#: pull 0.2-1.1 TB/s on B200 and 0.7-0.9 TB/s on H100 where cuBLAS (bf16, TRT-LLM's fp8
+#: per-tensor) pulls 4.8-6.2 and 2.8 TB/s; on L40S TRT-LLM's fp8-block GEMM of one output
+#: tile (m = 17, n = 128, k = 51,200) takes 160 µs, 41 GB/s. The vendor library (``auto``,
+#: ``cublas``) splits K.
+GEMM_UNSPLIT: frozenset[str] = frozenset({"cutlass", "deepgemm", "cutedsl", "triton",
+                                          "flashinfer"})
+
+
+def gemm_splits_k(impl: str) -> bool:
+    """Whether GEMM family ``impl`` may split K over extra CTAs (``GEMM_UNSPLIT``)."""
+    return impl not in GEMM_UNSPLIT
 
 
 def gemm_efficiency(op: Gemm, consts: Constants) -> float:
