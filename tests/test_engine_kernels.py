@@ -295,6 +295,18 @@ def test_decode_packs_any_group_of_query_heads(impl: str) -> None:
         assert float(p.details["ctas"]) == 4 * 1
 
 
+def test_flashinfer_prefill_packs_the_query_heads_of_a_kv_head() -> None:
+    """FlashInfer's prefill tiles hold (query, head) rows of one KV head: 16 tokens × 4
+    query heads per KV head = 64 rows, one 64-row tile per (sequence, KV head): 2 × 8 CTAs,
+    where FA2 runs one 16-row tile per (sequence, query head): 2 × 32."""
+    def ctas(impl: str) -> float:
+        op = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=16, seq_kv=16, head_dim=128,
+                          causal=True, impl=impl, num_splits=1)
+        return float(predict(op, "l40s").details["ctas"])
+    assert ctas("flashinfer") == 2 * 8
+    assert ctas("flash2") == 2 * 32
+
+
 def test_sglang_flashinfer_decode_runs_cuda_cores_below_four_query_heads() -> None:
     """SGLang asks FlashInfer for its CUDA-core decode kernel over a 16-bit cache when a KV
     head has fewer than 4 query heads: no 16-row MMA padding (q_tile = G), more CTAs

@@ -222,6 +222,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         packed = _pack_pays(seq_q, group, q_t, ops)
     elif fam.pack_gqa == "decode":
         packed = seq_q == 1
+    elif fam.pack_gqa == "always":
+        packed = ops.where(seq_q < 0, False, True)
     else:
         packed = never
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel

@@ -96,7 +96,8 @@ class AttentionFamily:
         Q and two K/V tiles.
     pack_gqa:
         When the G query heads sharing a KV head are packed into one tile's rows:
-        ``decode`` (one query token), ``short`` (whenever S_q·G fits one tile),
+        ``decode`` (one query token), ``always`` (prefill too: the rows of a tile are
+        (query, head) pairs of one KV head), ``short`` (whenever S_q·G fits one tile),
         ``efficiency`` (FA3's rule: when packing fills the row tiles better, see
         :func:`perfmodel.timing.attention._pack_pays`), ``never``.
     split_kv:
@@ -209,9 +210,12 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "query head) whatever the KV heads: 341 µs at 256 × 64 heads, one KV head "
                     "or four); " + _BIG_D, prefill_packs=False),
     AttentionFamily("flashinfer", False, ((_ANY, 128, 128, 64), (_ANY, 1e9, 128, 32)),
-                    "decode", "auto",
+                    "always", "auto",
                     "FlashInfer FA2-template prefill (CTA tile 128 query rows, KV tile 64, 32 "
-                    "above d 128) and its decode kernel (head-group tiles, split-KV); on "
+                    "above d 128) and its decode kernel (split-KV); both pack the G query heads "
+                    "of a KV head into a tile's rows (its scheduler plans by packed_qo_len = "
+                    "qo_len·G and picks the query tile from it: scheduler.cuh, utils.cuh "
+                    "FA2DetermineCtaTileQ); on "
                     "Hopper and Blackwell FlashInfer dispatches its own native backends (FA3 "
                     "template, SM100 kernels: SGLang's FlashInfer prefill rows on B200 reach "
                     "1.1 PFLOP/s, half the dense peak), so no synchronous-MMA share applies. "
