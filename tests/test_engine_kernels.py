@@ -87,6 +87,22 @@ def test_engine_quantized_gemms_do_not_split_k(gpu: str) -> None:
         assert float(gemm.latency_s) > float(split.latency_s)
 
 
+def test_quantized_gemm_rates_are_refined_per_architecture() -> None:
+    """gemm.<impl>.<scheme>.efficiency.<arch> sets one architecture's rate; another
+    architecture keeps the family's value, which an unmeasured architecture inherits."""
+    op = pm.Gemm(m=8192, n=8192, k=8192, dtype="fp8", out_dtype="bf16", quant="block",
+                 impl="cutlass")
+    slow = PRIORS.with_values({"gemm.cutlass.block.efficiency.hopper": 0.5}, "test")
+    family = PRIORS.with_values({"gemm.cutlass.block.efficiency": 0.5}, "test")
+    h100 = [float(predict(op, "h100-sxm", constants=c).compute_s)
+            for c in (PRIORS, slow, family)]
+    l40s = [float(predict(op, "l40s", constants=c).compute_s) for c in (PRIORS, slow, family)]
+    assert h100[1] == pytest.approx(2.0 * h100[0], rel=1e-9)
+    assert h100[2] == pytest.approx(2.0 * h100[0], rel=1e-9)
+    assert l40s[1] == l40s[0]
+    assert l40s[2] == pytest.approx(2.0 * l40s[0], rel=1e-9)
+
+
 def test_few_tiles_run_small_tiles_without_their_bandwidth_penalty() -> None:
     """A tile's efficiency e < 1 is the L2 operand bandwidth a small tile lacks when every
     SM draws on it; with C of the U slots busy its compute time is scaled by max(e, C/U).

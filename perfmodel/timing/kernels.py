@@ -45,6 +45,17 @@ register(*(
           "linear", parent=None if quant == "none" else QUANTIZED_GEMM)
     for impl in GEMM_IMPLS for quant in QUANT_SCHEMES
 ))
+#: The same quantized-GEMM source builds a different kernel per architecture (mma.sync
+#: fp8 on Ada, warpgroup MMA on Hopper, tcgen05 on Blackwell): each scheme's rate is
+#: refined per architecture; an architecture nobody measured takes the family's (the mean
+#: of its fitted architectures).
+register(*(
+    Param(arch_name(gemm_efficiency_name(impl, quant), a), 1.0, 0.2, 1.5, "× achievable rate",
+          f"{gemm_efficiency_name(impl, quant)} on {a} GPUs.", "linear",
+          parent=gemm_efficiency_name(impl, quant))
+    for impl in GEMM_IMPLS for quant in QUANT_SCHEMES if quant != "none"
+    for a in ARCH_FAMILIES
+))
 
 
 #: GEMM kernel families that never split K: the engines' quantized-GEMM kernels run one
@@ -67,9 +78,11 @@ def gemm_splits_k(impl: str) -> bool:
     return impl not in GEMM_UNSPLIT
 
 
-def gemm_efficiency(op: Gemm, consts: Constants) -> float:
-    """Rate multiplier of ``op``'s kernel family and scheme (constant, prior 1)."""
-    return consts[gemm_efficiency_name(op.impl, op.quant)]
+def gemm_efficiency(op: Gemm, consts: Constants, arch: str = "") -> float:
+    """Rate multiplier of ``op``'s kernel family and scheme on ``arch`` (constant, prior
+    1; quantized schemes refined per architecture)."""
+    name = gemm_efficiency_name(op.impl, op.quant)
+    return consts[name if op.quant == "none" else arch_name(name, arch)]
 
 
 # ----------------------------------------------------------------------------- attention
