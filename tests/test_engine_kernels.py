@@ -128,6 +128,16 @@ def test_few_tiles_run_small_tiles_without_their_bandwidth_penalty() -> None:
     assert eff[(tm, tn)] < 1.0
     expect = float(full.details["waves"]) * 2.0 * tm * tn * 4096 / (eff[(tm, tn)] * per_sm)
     assert float(full.compute_s) == pytest.approx(expect, rel=1e-9)
+    # cuBLAS, which splits K instead, keeps the penalty even for a few tiles (k = 128
+    # leaves it no split): each tile at its efficiency's share of the SM's rate
+    lib = predict(pm.Gemm(m=64, n=64, k=128, dtype="fp8", out_dtype="bf16",
+                          quant="per-tensor", impl="cublas"), hw, constants=PRIORS)
+    lib = dict(lib.stages)["gemm"] if lib.stages else lib
+    assert float(lib.details["split_k"]) == 1
+    tm, tn = float(lib.details["tile_m"]), float(lib.details["tile_n"])
+    rate = k.rate * float(PRIORS["gemm.cublas.per-tensor.efficiency.hopper"]) / k.units
+    assert float(lib.compute_s) == pytest.approx(
+        2.0 * tm * tn * 128 / (eff[(tm, tn)] * rate), rel=1e-9)
 
 
 def test_quant_scheme_must_match_dtype() -> None:

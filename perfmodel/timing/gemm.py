@@ -26,8 +26,12 @@ vendor library; not the engines' quantized-GEMM kernels:
 
 A tile's efficiency e < 1 is the operand bandwidth a small tile lacks when every SM draws
 on L2 at once; with C = min(T, U·r) < U·r tiles in flight the busy SMs share it among
-fewer, so the compute time is scaled by max(e, C/(U·r)) (at most the SM's full rate per
-tile: e·slots/C ≥ 1 removes the penalty).
+fewer, so for a family that does not split K the compute time is scaled by
+max(e, C/(U·r)) (at most the SM's full rate per tile: e·slots/C ≥ 1 removes the
+penalty). The vendor library is left without it: with few tiles it splits K and fills the
+device rather than run a few CTAs (applied to cuBLAS too, the relief picked few-CTA
+candidates that moved AIConfigurator's small bf16 GEMMs from ratio 0.85 to 0.66, p90 on
+A100 27 → 31-35 % after a refit).
 
 The library is modelled as choosing the fastest candidate (the first of equals in menu
 order). The search prunes: a candidate's latency is at least
@@ -104,6 +108,9 @@ class _Call:
     warm: bool
     l2_capacity: float
     l2_bandwidth: float
+    relieved: bool
+    """Whether few tiles in flight relieve a small tile's penalty (:func:`_relief`): the
+    families that do not split K."""
     tile_ms: tuple[float, ...]
     tile_ns: tuple[float, ...]
     split_values: tuple[float, ...]
@@ -165,7 +172,7 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  min_tn=min(t.tn for t in plain), slots=units * fam.tiles_per_unit,
                  cta_share=cta_bandwidth / units, bandwidth=bandwidth, latency=latency,
                  fill_waves=fill_waves, kernel_s=kernel_s, overlap_p=overlap_p, warm=warm,
-                 l2_capacity=l2_capacity, l2_bandwidth=l2_bandwidth,
+                 l2_capacity=l2_capacity, l2_bandwidth=l2_bandwidth, relieved=not split_k,
                  tile_ms=tuple(sorted({t.tm for t in plain})),
                  tile_ns=tuple(sorted({t.tn for t in plain})),
                  split_values=tuple(sorted({t.split for t in plain + splits})),
@@ -207,10 +214,10 @@ def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
     return ops.clip(conc * call.cta_share, 1e-3, 1.0)
 
 
-def _relief(t: _Tile, conc: Any, slots: float, ops: Ops) -> Any:
+def _relief(call: _Call, t: _Tile, conc: Any, ops: Ops) -> Any:
     """max(e, C/slots): the share of a tile's efficiency penalty left with C of the slots
-    busy (module doc)."""
-    return ops.maximum(t.eff, conc / slots)
+    busy, for a family that does not split K; 1 otherwise (module doc)."""
+    return ops.maximum(t.eff, conc / call.slots) if call.relieved else 1.0
 
 
 def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn: Any,
@@ -224,7 +231,7 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     tiles = (b * t.split) * tiles_m * tiles_n
     waves = ops.ceil(tiles / call.slots)
     conc = ops.minimum(tiles, call.slots)
-    compute = waves * t.tile_s * ops.ceil(kk / t.split) * _relief(t, conc, call.slots, ops)
+    compute = waves * t.tile_s * ops.ceil(kk / t.split) * _relief(call, t, conc, ops)
     traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
     if split:  # split-K: fp32 partials written and read back by a reduce kernel
         traffic = traffic + (8.0 * t.split) * mn
@@ -267,7 +274,7 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     tiles = (sh.b * t.split) * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
     conc = ops.minimum(tiles, call.slots)
     compute = ops.ceil(tiles / call.slots) * t.tile_s * sh.k_split[t.split] \
-        * _relief(t, conc, call.slots, ops)
+        * _relief(call, t, conc, ops)
     traffic = sh.least + (8.0 * t.split) * sh.mn if t.split > 1 else sh.least
     memory = _stream_lb(call, traffic, sh.per_byte, _frac(call, conc, ops))
     overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
@@ -296,7 +303,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
     work of any tile over every slot, A + B + C + 16·b·m·n bytes at full bandwidth, the
     fixed part of two launches), then by tile group (:func:`_split_bound`)."""
     ceil = math.ceil
-    slots, share, lat = call.slots, call.cta_share, call.latency
+    slots, share, lat, relieved = call.slots, call.cta_share, call.latency, call.relieved
     fill_waves, kernel_s = call.fill_waves, call.kernel_s
     least = a + w + c
     mn = b * m * n
@@ -309,7 +316,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         split = t.split
         tiles = (b * split) * tiles_m[t.tm] * tiles_n[t.tn]
         conc = tiles if tiles < slots else slots
-        relief = conc / slots if conc / slots > t.eff else t.eff
+        relief = (conc / slots if conc / slots > t.eff else t.eff) if relieved else 1.0
         compute = ceil(tiles / slots) * t.tile_s * (kk if split == 1.0 else ceil(kk / split)) \
             * relief
         frac = conc * share
