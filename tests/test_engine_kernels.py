@@ -71,7 +71,7 @@ def test_engine_quantized_gemms_do_not_split_k(gpu: str) -> None:
     through fewer SMs: slower. The unsplit call's memory time is at least its weight bytes
     at the bandwidth its CTAs can pull (per-CTA bandwidth × CTAs)."""
     hw = pm.load_hardware(gpu)
-    shape = {"m": 16, "n": 768, "k": 65536, "dtype": "fp8", "out_dtype": "bf16"}
+    shape: dict[str, Any] = {"m": 16, "n": 768, "k": 65536, "dtype": "fp8", "out_dtype": "bf16"}
     split = predict(pm.Gemm(**shape, quant="per-tensor", impl="cublas"), hw, constants=PRIORS)
     assert float(split.details["split_k"]) > 1
     for impl, quant in (("deepgemm", "block"), ("cutlass", "per-tensor")):
