@@ -366,6 +366,20 @@ def test_sglang_flashinfer_decode_runs_cuda_cores_below_four_query_heads() -> No
     assert float(a.latency_s) == float(b.latency_s)
 
 
+def test_cuda_core_decode_does_its_dot_products_at_the_fp32_fma_rate() -> None:
+    """B·H·S·(D + D_v) fused multiply-adds (Q·K and P·V, one query token, G = 1) at the
+    fp32 peak / 2 FMAs per second: the compute time is at least that (the softmax may add
+    to it, never subtract)."""
+    hw = pm.load_hardware("l40s")
+    op = pm.Attention(batch=64, heads=8, seq_q=1, seq_kv=4096, head_dim=128, impl="flashinfer",
+                      tensor_core_min_group=4.0, num_splits=1)
+    p = predict(op, hw, constants=PRIORS)
+    k = knobs_for(hw, "attention", "bf16")
+    fmas = 64 * 8 * 4096 * (128 + 128)
+    assert float(p.details["q_tile"]) == 1
+    assert float(p.compute_s) >= fmas / k.vector_op_rate * (1 - 1e-9)
+
+
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), True, "4"])
 def test_tensor_core_min_group_rejects_nonsense(bad: object) -> None:
     with pytest.raises(PerfmodelError, match="tensor_core_min_group"):

@@ -264,10 +264,9 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     if fam.sync_mma:  # an Ampere-style kernel: the synchronous MMA path's share of the peak
         eff = eff * k.family.sync_mma_fraction
     t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
-    # the CUDA-core kernel's dot products: fused multiply-adds at the fp32 peak (2 FLOPs per
-    # FMA, 4 vector operations' worth)
-    t_tensor = ops.where(cuda_cores, 2.0 * all_pairs * (d + dv) / (4.0 * k.vector_op_rate),
-                         t_tensor)
+    # the CUDA-core kernel's dot products: all_pairs·(D + D_v) fused multiply-adds at the
+    # fp32 FMA rate (the fp32 peak / 2 = vector_op_rate)
+    t_tensor = ops.where(cuda_cores, all_pairs * (d + dv) / k.vector_op_rate, t_tensor)
     t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
     if op.kv_dtype == "fp8" and not fp8:
         # the bf16 kernel converts every K/V element it loads
