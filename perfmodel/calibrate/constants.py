@@ -22,6 +22,7 @@ table, and :func:`leave_one_out` refits without each device in turn.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -297,8 +298,14 @@ def fit_public(prep: Prepared, base: Constants | None = None, source: str = "fit
                progress: Callable[[str], None] | None = None) -> Constants:
     """Run the fit stages on ``prep`` (block coordinate descent in each), then pool each
     parent constant from its fitted children (:func:`pool_parents`); returns the fitted
-    table labelled ``source``."""
-    current = base if base is not None else Constants()
+    table labelled ``source``.
+
+    While it runs, a kernel family without fitted values does not take its kin's
+    (``Constants.kin`` off), so that no family's rows move another's constants; the table
+    it returns has ``base``'s setting again (on by default: what a family that had no rows
+    in ``prep`` then gets)."""
+    base = base if base is not None else Constants()
+    current = dataclasses.replace(base, kin=False)
     for stage in stages:
         keep = np.asarray([stage.rows(r) for r in prep.rows], dtype=bool)
         if not keep.any():
@@ -307,4 +314,4 @@ def fit_public(prep: Prepared, base: Constants | None = None, source: str = "fit
             progress(f"stage {stage.name}: {int(keep.sum())} rows")
         current = fit_blocks(prep.subset(keep), stage.names(), current, source, cycles,
                              progress).constants
-    return pool_parents(current, source)
+    return dataclasses.replace(pool_parents(current, source), kin=base.kin)

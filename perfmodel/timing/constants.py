@@ -24,8 +24,8 @@ from typing import Literal
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["ARCH_FAMILIES", "PARAMS", "Constants", "Param", "arch_name", "bundled_constants",
-           "fitted_path", "register"]
+__all__ = ["ARCH_FAMILIES", "KIN", "PARAMS", "Constants", "Param", "arch_name",
+           "bundled_constants", "fitted_path", "register", "register_kin"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,22 @@ def arch_name(name: str, arch: str) -> str:
     return f"{name}.{arch}" if arch in ARCH_FAMILIES else name
 
 
+#: Kin of a group of constants (a kernel family's, by name prefix such as
+#: ``attn.flashinfer.``): the prefixes of its nearest relatives, nearest first. A group
+#: with no fitted value at all (a kernel nobody measured) takes, name for name, the first
+#: relative's that has fitted values, before its class's mean. Filled by
+#: :func:`register_kin` where the groups are declared (timing.kernels).
+KIN: dict[str, tuple[str, ...]] = {}
+
+
+def register_kin(prefix: str, *kin: str) -> None:
+    """Declare the relatives ``kin`` (name prefixes, nearest first) of the constants whose
+    names start with ``prefix``."""
+    if prefix in KIN and KIN[prefix] != kin:
+        raise ValueError(f"kin of {prefix!r} declared twice with different values")
+    KIN[prefix] = kin
+
+
 register(
     Param("graph_kernel_s", 2.0e-6, 0.5e-6, 6e-6, "s",
           "fixed cost of one kernel replayed from a CUDA graph (block scheduling, prologue, "
@@ -113,11 +129,16 @@ class Constants:
     """The measurement sources (``source`` column values) the fitted values were fitted
     on: predictions of those rows are in-sample."""
 
+    kin: bool = True
+    """Whether the constants of a kernel family with no fitted value at all are its kin's
+    (:data:`KIN`) before its class's. Fits turn it off while they run, so that no family's
+    rows move another's constants during a fit; the tables they return have it on."""
+
     def __post_init__(self) -> None:
         # values resolved through the parent chain, memoised: the table is immutable, so an
         # entry never goes stale (a race at worst resolves a name twice)
         object.__setattr__(self, "_resolved", {})
-        object.__setattr__(self, "_hash", hash(tuple(sorted(self.fitted.items()))))
+        object.__setattr__(self, "_hash", hash((tuple(sorted(self.fitted.items())), self.kin)))
 
     def __getitem__(self, name: str) -> float:
         value: float | None = self._resolved.get(name)  # type: ignore[attr-defined]
@@ -134,7 +155,32 @@ class Constants:
         except KeyError:
             raise PerfmodelError("constant", f"unknown model constant {name!r}",
                                  "see perfmodel.timing.constants.PARAMS") from None
+        kin = self._kin(name)
+        if kin is not None:
+            return self[kin]
         return self[p.parent] if p.parent is not None else p.default
+
+    def _has_fitted(self, prefix: str) -> bool:
+        """Whether any fitted name starts with ``prefix`` (memoised)."""
+        key = "\0" + prefix
+        hit: float | None = self._resolved.get(key)  # type: ignore[attr-defined]
+        if hit is None:
+            hit = float(any(n.startswith(prefix) for n in self.fitted))
+            self._resolved[key] = hit  # type: ignore[attr-defined]
+        return hit > 0.0
+
+    def _kin(self, name: str) -> str | None:
+        """The same constant of the nearest kin with fitted values (:data:`KIN`) when
+        ``name``'s group has none (else None)."""
+        if not self.kin:
+            return None
+        for prefix, kin in KIN.items():
+            if name.startswith(prefix) and not self._has_fitted(prefix):
+                for other in kin:
+                    cand = other + name[len(prefix):]
+                    if cand in PARAMS and self._has_fitted(other):
+                        return cand
+        return None
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined, no-any-return]
@@ -143,6 +189,10 @@ class Constants:
         """Where the value of ``name`` comes from."""
         if name in self.fitted:
             return self.sources.get(name, "fitted")
+        kin = self._kin(name)
+        if kin is not None:
+            return f"as {kin} (its kin kernel family, measured where it was not): " + \
+                self.provenance(kin)
         parent = PARAMS[name].parent
         if parent is not None:
             return f"as {parent}: " + self.provenance(parent)
@@ -158,13 +208,13 @@ class Constants:
             if not math.isfinite(v):
                 raise PerfmodelError(name, f"not a finite number: {v!r}", "pass a number")
         return Constants({**self.fitted, **values},
-                         {**self.sources, **dict.fromkeys(values, source)})
+                         {**self.sources, **dict.fromkeys(values, source)}, kin=self.kin)
 
     def without(self, names: set[str] | frozenset[str]) -> Constants:
         """A copy with ``names`` back at their defaults."""
         return Constants({k: v for k, v in self.fitted.items() if k not in names},
                          {k: v for k, v in self.sources.items() if k not in names},
-                         self.datasets)
+                         self.datasets, self.kin)
 
 
 def _load(path: Path) -> Constants:

@@ -17,7 +17,14 @@ from typing import Any
 
 from perfmodel._xp import VECTOR, Ops
 from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
-from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
+from perfmodel.timing.constants import (
+    ARCH_FAMILIES,
+    Constants,
+    Param,
+    arch_name,
+    register,
+    register_kin,
+)
 
 __all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_UNSPLIT", "OVERLAPPED_SOFTMAX",
            "QUANTIZED_GEMM", "AttentionFamily", "attention_class", "attention_family",
@@ -136,6 +143,10 @@ class AttentionFamily:
         context (prefill) kernel is not its decode kernel and runs one tile per (sequence,
         query head, query tile) even for a one-token prompt (whose tiles then also take
         ``tile_s``, not ``decode_tile_s``).
+    kin:
+        Families of the nearest design, nearest first: while this family has no fitted
+        constants (a kernel nobody measured), each of its constants is its first measured
+        kin's (:data:`perfmodel.timing.constants.KIN`) rather than its class's mean.
     source:
         Where the traits come from.
     """
@@ -152,6 +163,7 @@ class AttentionFamily:
     prefill_packs: bool = True
     sync_mma: bool = False
     cuda_core_decode: bool = False
+    kin: tuple[str, ...] = ()
 
     @property
     def arch_tiles(self) -> bool:
@@ -190,12 +202,13 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "auto", _FA2 + _SYNC, sync_mma=True),
     AttentionFamily("paged", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
                     "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)" + _SYNC,
-                    sync_mma=True),
+                    sync_mma=True, kin=("flash2",)),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
                                      (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
                     "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for "
-                    "Hopper): persistent, warp-specialised like FA3; " + _BIG_D),
+                    "Hopper): persistent, warp-specialised like FA3; " + _BIG_D,
+                    kin=("flash3",)),
     AttentionFamily("fmha-v2", False, (), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
                     "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)"),
@@ -235,7 +248,10 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "Its decode wrapper also has a CUDA-core kernel (use_tensor_cores=False: "
                     "one CTA of ≥ 128 threads per (sequence, KV head), dot products on the "
                     "fp32 units, shared memory 2 stages × K and V × t·G·b_z keys × D: "
-                    "flashinfer decode.py / decode.cuh)", cuda_core_decode=True),
+                    "flashinfer decode.py / decode.cuh); its prefill templates are "
+                    "FlashAttention-2's algorithm and tiling on the synchronous MMA, so a "
+                    "FlashInfer nobody measured takes FlashAttention-2's constants",
+                    cuda_core_decode=True, kin=("flash2",)),
     AttentionFamily("flashinfer-sm100", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
                     "short", "auto",
                     "FlashInfer's Blackwell (SM100) attention backends, which SGLang's "
@@ -244,8 +260,9 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "AIConfigurator's B200 reach 0.72-1.14 PFLOP/s at 2-16k tokens, up to "
                     "half the dense peak, which no FA2-template kernel reaches there); a "
                     "family of its own so that its constants are not pooled with FlashInfer's "
-                    "FA2 templates (Ampere, Ada) nor with TensorRT-LLM's own trtllm-gen calls; "
-                    + _BIG_D, prefill_packs=False),
+                    "FA2 templates (Ampere, Ada) nor with TensorRT-LLM's own trtllm-gen calls "
+                    "(its kin while it has no measurements); " + _BIG_D, prefill_packs=False,
+                    kin=("trtllm-gen",)),
     AttentionFamily("triton", False, (
         (("blackwell",), 256, 64, 64), (("blackwell",), 1e9, 16, 64),
         (("hopper",), 256, 128, 64), (("hopper",), 1e9, 32, 64),
@@ -336,6 +353,8 @@ for _c in ATTENTION_CLASSES:
                        f"{_c} kernel families: {_doc}",
                        "linear" if _what in _LINEAR else "log", parent=_parent, pooled=False))
 for _f in ATTENTION_FAMILIES.values():
+    if _f.kin:
+        register_kin(attn_name(_f.name, ""), *(attn_name(k, "") for k in _f.kin))
     for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
         # a family's fp8 rate and decode tile time default to its own bf16 rate and tile
         # time; its other constants to its class's

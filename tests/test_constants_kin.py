@@ -1,0 +1,91 @@
+"""Kin of kernel families (timing.constants.KIN, AttentionFamily.kin): a family with no
+fitted constant at all takes its kin's, case for case, before its class's mean; fits run
+without that lookup and return tables with it on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.calibrate.constants import Stage, fit_public
+from perfmodel.measurements import Measurement, MeasurementSet
+from perfmodel.timing import RunContext, predict
+from perfmodel.timing.constants import KIN, PARAMS, Constants
+from perfmodel.timing.kernels import ATTENTION_FAMILIES, attention_class
+from perfmodel.validation import prepare
+
+GRAPH = RunContext(launch="graph")
+EFF = "attn.{}.efficiency"
+
+
+def test_declared_kin_are_families_of_the_same_class() -> None:
+    assert KIN  # FlashInfer's FA2 templates, FA4, the paged entry point, FlashInfer SM100
+    for fam in ATTENTION_FAMILIES.values():
+        for other in fam.kin:
+            assert other in ATTENTION_FAMILIES
+            assert other != fam.name
+            assert attention_class(ATTENTION_FAMILIES[other]) == attention_class(fam)
+
+
+def test_an_unmeasured_family_takes_its_kins_values_case_for_case() -> None:
+    table = {EFF.format("flash2") + ".ampere.sglang": 0.9,
+             EFF.format("flash2") + ".ampere": 0.8, EFF.format("flash2"): 0.7,
+             EFF.format("resident"): 0.3}
+    c = Constants(table)
+    fi = EFF.format("flashinfer")
+    assert c[fi + ".ampere.sglang"] == 0.9
+    assert c[fi + ".ampere.vllm"] == 0.8
+    assert c[fi + ".ada.sglang"] == 0.7  # FA2's own chain: its family value on Ada
+    assert "kin kernel family" in c.provenance(fi + ".ampere.sglang")
+    # a family without declared kin keeps its class's value
+    assert c[EFF.format("xqa")] == 0.3
+    # the lookup off (as during a fit): the class's value
+    assert dataclasses.replace(c, kin=False)[fi + ".ampere.sglang"] == 0.3
+    # once the family has any fitted value, its own chain applies, not its kin's
+    own = Constants({**table, "attn.flashinfer.tile_s.ada": 3e-6})
+    assert own[fi + ".ampere.sglang"] == 0.3
+    # a kin without fitted values is no help: the class's value
+    assert Constants({EFF.format("resident"): 0.3})[fi + ".ampere.sglang"] == 0.3
+
+
+def test_kin_is_what_an_unmeasured_family_predicts_with() -> None:
+    op = pm.Attention(batch=4, heads=32, kv_heads=8, seq_q=512, seq_kv=512, head_dim=128,
+                      causal=True, impl="flashinfer")
+
+    def t(table: dict[str, float]) -> float:
+        return float(predict(op, "l40s", context=GRAPH, constants=Constants(table)).latency_s)
+
+    base = {EFF.format("resident"): 0.5}
+    slow_kin = {**base, EFF.format("flash2"): 0.25}
+    assert t(slow_kin) > 1.3 * t(base)
+    measured = {**slow_kin, "attn.flashinfer.tile_s": 1e-6}  # FlashInfer measured now
+    assert t(measured) < t(slow_kin)
+
+
+def _rows(kernel: str, truth: dict[str, float]) -> list[Measurement]:
+    """vLLM prefill calls on A100 recorded as ``kernel``, timed as validation predicts
+    them with the constants ``truth``."""
+    rows = [Measurement(row=i, op="attention", dtype="bf16", measured_s=1.0,
+                        spec="a100-80gb-sxm", source="synthetic",
+                        timing="aic_cuda_graph_replay_mean", phase="prefill", causal=True,
+                        batch=b, heads=32, kv_heads=8, seq_q=s, seq_kv=s, head_dim=128,
+                        engine="vllm", kernel=kernel)
+            for i, (b, s) in enumerate(((1, 1024), (2, 2048), (4, 4096), (1, 8192)))]
+    pred = prepare(MeasurementSet(tuple(rows))).predict(Constants(truth))
+    return [dataclasses.replace(r, measured_s=float(t)) for r, t in zip(rows, pred,
+                                                                          strict=True)]
+
+
+def test_public_fit_returns_the_kin_lookup_on() -> None:
+    name = EFF.format("flash2") + ".ampere.vllm"
+    assert name in PARAMS
+    stage = (Stage("fa2", lambda r: True, (EFF.format("flash2") + "*",)),)
+    prep = prepare(MeasurementSet(tuple(_rows("vllm_flash_attn", {name: 0.4}))))
+    fitted = fit_public(prep, stages=stage, cycles=2)
+    assert fitted.kin
+    assert fitted[name] == pytest.approx(0.4, rel=0.05)
+    # FlashInfer had no rows: it predicts with FA2's fitted value, case for case
+    assert fitted[EFF.format("flashinfer") + ".ampere.vllm"] == pytest.approx(fitted[name])
+    assert "kin kernel family" in fitted.provenance(EFF.format("flashinfer") + ".ampere.vllm")
