@@ -32,7 +32,7 @@ from perfmodel.timing.core import make_env, overlap, stream_time
 from perfmodel.timing.engine_costs import call_fixed_s, call_row_s, eager_host_s
 from perfmodel.timing.gemm import time_gemm
 from perfmodel.timing.kernels import gemm_efficiency
-from perfmodel.timing.knobs import Knobs, knobs_for
+from perfmodel.timing.knobs import Knobs, clock_scale, knobs_for
 from perfmodel.timing.prediction import Prediction, as_value, make_prediction
 from perfmodel.timing.residual import apply_residual
 
@@ -159,7 +159,9 @@ def _engine_time(ctx: RunContext, kind: str, spec: HardwareSpec, impl: str, rows
     per_row = call_row_s(ctx.engine, kind, consts, spec.arch, impl)
     if not fixed and not per_row:
         return None
-    return fixed + np.asarray(rows, dtype=np.float64) * per_row / spec.compute.units
+    # both are SM time stated at the reference clock (timing.constants.REFERENCE_CLOCK_HZ)
+    return (fixed + np.asarray(rows, dtype=np.float64) * per_row / spec.compute.units) \
+        * clock_scale(spec)
 
 
 def _fixed(spec: HardwareSpec, dtype: str, seconds: Any, like: Prediction) -> Prediction:

@@ -24,8 +24,8 @@ from typing import Literal
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["ARCH_FAMILIES", "KIN", "PARAMS", "Constants", "Param", "arch_name",
-           "bundled_constants", "fitted_path", "register", "register_kin"]
+__all__ = ["ARCH_FAMILIES", "KIN", "PARAMS", "REFERENCE_CLOCK_HZ", "Constants", "Param",
+           "arch_name", "bundled_constants", "fitted_path", "register", "register_kin"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,19 @@ def register(*params: Param) -> None:
         PARAMS[p.name] = p
 
 
+#: Reference SM clock of the model's fixed kernel times, Hz. The fitted times of kernels'
+#: fixed work (the graph kernel floor; an engine's bookkeeping kernels, per call and per
+#: row) are what a device whose SM runs at this clock spends; a device spends them × this /
+#: its boost clock (its sustained clock where the spec gives one): block scheduling,
+#: prologues, index arithmetic and epilogues are SM instructions, counted in cycles.
+#: Pooled over architectures in cycles rather than seconds they are what a GPU nobody
+#: measured inherits: fitted per architecture on AIConfigurator's rows the graph kernel
+#: floor spans 0.84-2.3 µs (2.7x) but 1,860-3,250 cycles (1.7x). An attention tile's
+#: non-overlapped time (``attn.*.tile_s``) stays in seconds: it is dependent memory round
+#: trips, whose latency is nanoseconds, not cycles (scaling it with the clock too made
+#: the held-out A100 decode rows worse: 20 -> 31 % for vLLM).
+REFERENCE_CLOCK_HZ = 1.5e9
+
 #: Architecture families with their own value of the per-architecture constants.
 ARCH_FAMILIES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
 
@@ -95,11 +108,11 @@ def register_kin(prefix: str, *kin: str) -> None:
 
 
 register(
-    Param("graph_kernel_s", 2.0e-6, 0.5e-6, 6e-6, "s",
+    Param("graph_kernel_s", 2.0e-6, 0.5e-6, 6e-6, "s at 1.5 GHz",
           "fixed cost of one kernel replayed from a CUDA graph (block scheduling, prologue, "
-          "tail; launch gaps removed). Prior: the shortest graph-replayed kernels take "
-          "~1.5-2.5 µs."),
-    *(Param(f"graph_kernel_s.{a}", 2.0e-6, 0.5e-6, 6e-6, "s",
+          "tail; launch gaps removed), at the reference SM clock (REFERENCE_CLOCK_HZ). "
+          "Prior: the shortest graph-replayed kernels take ~1.5-2.5 µs."),
+    *(Param(f"graph_kernel_s.{a}", 2.0e-6, 0.5e-6, 6e-6, "s at 1.5 GHz",
             f"graph_kernel_s on {a} GPUs (kernel start-up differs by architecture).",
             parent="graph_kernel_s") for a in ARCH_FAMILIES),
     Param("l2_capacity_fraction", 0.7, 0.3, 1.0, "fraction",

@@ -57,8 +57,8 @@ class Env:
 def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> Env:
     """The :class:`Env` of knobs ``k`` under context ``ctx`` and model constants (``arch``
     picks per-architecture refinements)."""
-    kernel_s = (consts[arch_name("graph_kernel_s", arch)] if ctx.launch == "graph"
-                else k.overhead_s)
+    kernel_s = (consts[arch_name("graph_kernel_s", arch)] * k.clock_scale
+                if ctx.launch == "graph" else k.overhead_s)
     return Env(kernel_s=kernel_s, warm=ctx.l2 == "warm",
                l2_capacity=k.l2_bytes * consts["l2_capacity_fraction"],
                l2_bandwidth=k.l2_bandwidth * consts["l2_bandwidth_fraction"],

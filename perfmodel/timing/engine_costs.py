@@ -6,6 +6,10 @@ call from Python cannot finish before the engine's wrapper has dispatched it. No
 datasheet states these; they are model constants (:mod:`perfmodel.timing.constants`)
 with a prior and, where public measurements exist, a value fitted to them.
 
+Both GPU-side times (``call``, ``row``) are SM time at the reference clock
+(:data:`perfmodel.timing.constants.REFERENCE_CLOCK_HZ`), scaled to a device's clock where
+they are used; the host time is the host's.
+
 - ``call.<engine>.<kind>_s``: fixed time of the engine's bookkeeping per call of ``kind``
   (``gemm-<scheme>``, ``attention-prefill``, ``attention-decode``, and the ``-fp8`` variants
   of the attention kinds), s (prior 0), refined per
@@ -47,7 +51,7 @@ def row_name(engine: str, kind: str) -> str:
 
 
 register(*(
-    Param(call_name(e, kind), 0.0, 0.0, 40e-6, "s",
+    Param(call_name(e, kind), 0.0, 0.0, 40e-6, "s at 1.5 GHz",
           f"{e}: time of the small kernels its {kind} call runs around the main kernels "
           "(metadata, scales, memsets). Prior: 0 (main kernels only).", "linear")
     for e in ENGINE_NAMES for kind in CALL_KINDS
@@ -56,13 +60,13 @@ register(*(
 _IMPLS = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton", "flash2", "flash3",
           "flash4", "fmha-v2", "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100")
 register(*(
-    Param(call_name(e, f"{kind}.{impl}"), 0.0, 0.0, 40e-6, "s",
+    Param(call_name(e, f"{kind}.{impl}"), 0.0, 0.0, 40e-6, "s at 1.5 GHz",
           f"{call_name(e, kind)} when the call runs {impl} kernels (each backend of an "
           "engine does its own bookkeeping).", "linear", parent=call_name(e, kind))
     for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS
 ))
 register(*(
-    Param(arch_name(call_name(e, f"{kind}.{impl}"), a), 0.0, 0.0, 40e-6, "s",
+    Param(arch_name(call_name(e, f"{kind}.{impl}"), a), 0.0, 0.0, 40e-6, "s at 1.5 GHz",
           f"{call_name(e, f'{kind}.{impl}')} on {a} GPUs (kernels and their launch costs "
           "differ by architecture).", "linear", parent=call_name(e, f"{kind}.{impl}"))
     for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS for a in ARCH_FAMILIES
@@ -76,19 +80,19 @@ register(*(
 
 
 register(*(
-    Param(row_name(e, kind), 0.0, 0.0, 1e-5, "s",
+    Param(row_name(e, kind), 0.0, 0.0, 1e-5, "s at 1.5 GHz",
           f"{e}: SM time its {kind} call spends per row (token) in its own per-row kernels "
           "(activation quantization, KV-cache write): rows·this/SMs. Prior: 0.", "linear")
     for e in ENGINE_NAMES for kind in CALL_KINDS
 ))
 register(*(
-    Param(row_name(e, f"{kind}.{impl}"), 0.0, 0.0, 1e-5, "s",
+    Param(row_name(e, f"{kind}.{impl}"), 0.0, 0.0, 1e-5, "s at 1.5 GHz",
           f"{row_name(e, kind)} when the call runs {impl} kernels.", "linear",
           parent=row_name(e, kind))
     for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS
 ))
 register(*(
-    Param(arch_name(row_name(e, f"{kind}.{impl}"), a), 0.0, 0.0, 1e-5, "s",
+    Param(arch_name(row_name(e, f"{kind}.{impl}"), a), 0.0, 0.0, 1e-5, "s at 1.5 GHz",
           f"{row_name(e, f'{kind}.{impl}')} on {a} GPUs.", "linear",
           parent=row_name(e, f"{kind}.{impl}"))
     for e in ENGINE_NAMES for kind in CALL_KINDS for impl in _IMPLS for a in ARCH_FAMILIES

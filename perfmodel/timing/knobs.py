@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 from perfmodel.dtypes import DType
 from perfmodel.hardware.spec import HardwareSpec, content_key
+from perfmodel.timing.constants import REFERENCE_CLOCK_HZ
 from perfmodel.timing.family import FamilyParams, family_params
 
-__all__ = ["Knobs", "knobs_for"]
+__all__ = ["Knobs", "clock_scale", "knobs_for"]
 
 OpFamily = str  # "gemm", "attention", "stream", "comm"
 
@@ -80,6 +81,9 @@ class Knobs:
     memory_latency_s: float = 0.6e-6
     """Loaded device-memory latency, s: the size-independent term of a transfer
     (``memory.latency`` of the spec where it gives one, else the family's)."""
+    clock_scale: float = 1.0
+    """Reference SM clock / the device's (:func:`clock_scale`): the factor from the model's
+    fixed times, stated at the reference clock, to this device's."""
 
 
 def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
@@ -88,6 +92,13 @@ def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
         quoted = hw.compute.boost_clock
     sustained = hw.compute.sustained_clock
     return min(1.0, sustained / quoted) if sustained else 1.0
+
+
+def clock_scale(hw: HardwareSpec) -> float:
+    """REFERENCE_CLOCK_HZ / the SM clock of ``hw`` (boost clock, or the sustained clock
+    where the spec gives a lower one): fixed times stated at the reference clock take
+    this factor on ``hw``."""
+    return REFERENCE_CLOCK_HZ / (hw.compute.boost_clock * _clock_ratio(hw, "vector"))
 
 
 #: Resolved knobs by (spec content, op family, dtype): specs are frozen, so equal content
@@ -161,4 +172,5 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         softmax_overlap=soft_ov, fa3_softmax_overlap=fa3_ov, paged_prefill_efficiency=paged,
         memory_latency_s=(hw.memory.latency if hw.memory.latency is not None
                           else fam.memory_latency_s),
+        clock_scale=clock_scale(hw),
     )
