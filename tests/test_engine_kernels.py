@@ -625,3 +625,23 @@ def test_longer_kv_never_makes_decode_faster(gpu: str) -> None:
                              impl=impl, kv_write=True), gpu)
     lat = np.asarray(p.latency_s)
     assert np.all(lat[1:] >= lat[:-1] * 0.97)
+
+
+def test_trtllm_context_fmha_on_hopper_is_its_warp_specialised_family() -> None:
+    op = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=2048, seq_kv=2048, head_dim=128,
+                      causal=True, impl="fmha-v2")
+    assert predict(op, "h100-sxm", constants=PRIORS).details["impl"] == "fmha-v2-sm90"
+    for gpu in ("a100-80gb-sxm", "l40s"):
+        assert predict(op, gpu, constants=PRIORS).details["impl"] == "fmha-v2"
+    assert attention_family("fmha-v2-sm90").persistent
+    assert not attention_family("fmha-v2").persistent
+    # its constants are its own: the SM80/SM89 kernels' rate does not move Hopper's
+    slow_v2 = PRIORS.with_values({"attn.fmha-v2.efficiency": 0.3}, "test")
+    slow_ws = PRIORS.with_values({"attn.fmha-v2-sm90.efficiency": 0.3}, "test")
+
+    def t(gpu: str, consts: Constants) -> float:
+        return float(predict(op, gpu, constants=consts).latency_s)
+
+    assert t("h100-sxm", slow_v2) == pytest.approx(t("h100-sxm", PRIORS))
+    assert t("h100-sxm", slow_ws) > 1.5 * t("h100-sxm", PRIORS)
+    assert t("a100-80gb-sxm", slow_v2) > 1.5 * t("a100-80gb-sxm", PRIORS)

@@ -28,7 +28,9 @@ Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2
 #: before Hopper, FA3/cuDNN-class on Hopper and later); ``flash2``/``flash3``/``flash4``
 #: are FlashAttention 2, 3 and 4 (CuTe); ``paged`` is FlashAttention-2's paged-KV kernel
 #: (``flash_attn_with_kvcache``); ``fmha-v2`` and ``xqa`` are TensorRT-LLM's context and
-#: decode kernels before Blackwell (``mmha`` its masked multi-head decode kernel, which it
+#: decode kernels before Blackwell (on Hopper ``fmha-v2`` is its warp-specialised SM90
+#: kernels, a family of their own in the timing model; ``mmha`` its masked multi-head
+#: decode kernel, which it
 #: runs when each KV head has one query head), ``trtllm-gen`` its Blackwell kernels (also reached
 #: through FlashInfer); ``flashinfer`` is FlashInfer's own (FA2-template) kernels and
 #: ``flashinfer-sm100`` its Blackwell backends (a different kernel, its own constants),

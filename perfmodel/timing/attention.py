@@ -82,8 +82,14 @@ _SHAPE = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "value_di
 
 
 def resolve_impl(op: Attention, k: Knobs) -> str:
-    """The concrete kernel family: ``flash`` becomes the family native to the architecture."""
-    return k.family.flash_impl if op.impl == "flash" else op.impl
+    """The concrete kernel family: ``flash`` becomes the family native to the architecture,
+    and TensorRT-LLM's ``fmha-v2`` on Hopper its warp-specialised SM90 kernels
+    (``fmha-v2-sm90``, :data:`perfmodel.timing.kernels.ATTENTION_FAMILIES`)."""
+    if op.impl == "flash":
+        return k.family.flash_impl
+    if op.impl == "fmha-v2" and k.arch == "hopper":
+        return "fmha-v2-sm90"
+    return op.impl
 
 
 def auto_splits(base_ctas: Any, seq_kv: Any, units: int, max_splits: int = 64,

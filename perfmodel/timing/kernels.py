@@ -212,6 +212,20 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
     AttentionFamily("fmha-v2", False, (), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
                     "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)"),
+    AttentionFamily("fmha-v2-sm90", True, ((_ANY, 64, 128, 256), (_ANY, 128, 128, 128),
+                                           (_ANY, 1e9, 128, 64)), "never", "none",
+                    "TensorRT-LLM fmha_v2 context kernels as built for Hopper: on SM90 its "
+                    "setup.py generates only warp-specialised flash kernels "
+                    "(enumerate_hgmma_flash_warpspec_kernels, enumerate_qgmma_flash_warpspec_"
+                    "kernels: TMA loads, wgmma, two 64-row consumer warpgroups, KV step 256 / "
+                    "128 / 64 for head dims to 64 / 128 / 256, a tile scheduler, "
+                    "SCHEDULING_MODE 1 by default), the design of FlashAttention-3, not the "
+                    "SM80/SM89 fmha_v2 kernels: a family of its own (scheduled as persistent, "
+                    "one CTA per SM: an assumption from that design), which ``fmha-v2`` "
+                    "resolves to on Hopper; its kin is FA3. Pooled with the SM89 kernels, an "
+                    "H100 left out of the fit inherited Ada's fp8 FMHA rate (~39 % of the fp8 "
+                    "peak) and was predicted 2.4x too slow on long fp8 prompts",
+                    kin=("flash3",)),
     AttentionFamily("xqa", False, ((_ANY, 1e9, 64, 64),), "decode", "auto",
                     "TensorRT-LLM XQA decode kernels: the query heads of a KV group share "
                     "one CTA (cross-query), multi-block mode splits long KV. Observed in "
