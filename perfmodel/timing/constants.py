@@ -151,6 +151,7 @@ class Constants:
         # values resolved through the parent chain, memoised: the table is immutable, so an
         # entry never goes stale (a race at worst resolves a name twice)
         object.__setattr__(self, "_resolved", {})
+        object.__setattr__(self, "_prefixes", {})  # name prefix -> any fitted name has it
         object.__setattr__(self, "_hash", hash((tuple(sorted(self.fitted.items())), self.kin)))
 
     def __getitem__(self, name: str) -> float:
@@ -175,12 +176,11 @@ class Constants:
 
     def _has_fitted(self, prefix: str) -> bool:
         """Whether any fitted name starts with ``prefix`` (memoised)."""
-        key = "\0" + prefix
-        hit: float | None = self._resolved.get(key)  # type: ignore[attr-defined]
+        hit: bool | None = self._prefixes.get(prefix)  # type: ignore[attr-defined]
         if hit is None:
-            hit = float(any(n.startswith(prefix) for n in self.fitted))
-            self._resolved[key] = hit  # type: ignore[attr-defined]
-        return hit > 0.0
+            hit = any(n.startswith(prefix) for n in self.fitted)
+            self._prefixes[prefix] = hit  # type: ignore[attr-defined]
+        return hit
 
     def _kin(self, name: str) -> str | None:
         """The same constant of the nearest kin with fitted values (:data:`KIN`) when
