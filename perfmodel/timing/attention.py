@@ -65,6 +65,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.timing.constants import Constants
 from perfmodel.timing.core import Env, overlap, stream_time
 from perfmodel.timing.kernels import (
+    ATTENTION_FAMILIES,
     OVERLAPPED_SOFTMAX,
     AttentionFamily,
     attention_family,
@@ -83,12 +84,16 @@ _SHAPE = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "value_di
 
 def resolve_impl(op: Attention, k: Knobs) -> str:
     """The concrete kernel family: ``flash`` becomes the family native to the architecture,
-    and TensorRT-LLM's ``fmha-v2`` on Hopper its warp-specialised SM90 kernels
-    (``fmha-v2-sm90``, :data:`perfmodel.timing.kernels.ATTENTION_FAMILIES`)."""
+    and a family built as another one on this architecture becomes that one
+    (``AttentionFamily.built_as``: TensorRT-LLM's ``fmha-v2`` on Hopper is
+    ``fmha-v2-sm90``)."""
     if op.impl == "flash":
         return k.family.flash_impl
-    if op.impl == "fmha-v2" and k.arch == "hopper":
-        return "fmha-v2-sm90"
+    fam = ATTENTION_FAMILIES.get(op.impl)
+    if fam is not None:
+        for arch, other in fam.built_as:
+            if arch == k.arch:
+                return other
     return op.impl
 
 

@@ -147,6 +147,10 @@ class AttentionFamily:
         Families of the nearest design, nearest first: while this family has no fitted
         constants (a kernel nobody measured), each of its constants is its first measured
         kin's (:data:`perfmodel.timing.constants.KIN`) rather than its class's mean.
+    built_as:
+        (architecture, family) pairs: on that architecture the kernels this name stands for
+        are a different design, modelled as that family (TensorRT-LLM's ``fmha-v2`` on
+        Hopper: ``fmha-v2-sm90``).
     source:
         Where the traits come from.
     """
@@ -164,6 +168,7 @@ class AttentionFamily:
     sync_mma: bool = False
     cuda_core_decode: bool = False
     kin: tuple[str, ...] = ()
+    built_as: tuple[tuple[str, str], ...] = ()
 
     @property
     def arch_tiles(self) -> bool:
@@ -211,7 +216,8 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     kin=("flash3",)),
     AttentionFamily("fmha-v2", False, (), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
-                    "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)"),
+                    "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)",
+                    built_as=(("hopper", "fmha-v2-sm90"),)),
     AttentionFamily("fmha-v2-sm90", True, ((_ANY, 64, 128, 256), (_ANY, 128, 128, 128),
                                            (_ANY, 1e9, 128, 64)), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels as built for Hopper: on SM90 its "
