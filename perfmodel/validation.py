@@ -69,8 +69,13 @@ __all__ = [
 #: host wall clock with synchronize adds launch and sync; nvbench's cold runs flush L2 and
 #: time from an event recorded before the launch.
 TIMING_FLOORS: Mapping[str, tuple[float, str]] = MappingProxyType({
+    "perfmodel_cuda_event_pair_l2_flushed_spin_ahead_median": (
+        0.0, "perfmodel's own harness: CUDA events around the kernel, L2 flushed, each batch "
+             "of samples behind a GPU spin so host dispatch stays out of the pair"),
     "perfmodel_cuda_event_pair_l2_flushed_median": (
-        0.0, "perfmodel's own harness: CUDA events around the kernel, L2 flushed"),
+        0.0, "perfmodel's own harness before the spin ahead (to 2026-12-04): CUDA events "
+             "around the kernel, L2 flushed; a pair could hold host dispatch when the host "
+             "fell behind the GPU (flagged unstable)"),
     "perfmodel_cpu_perf_counter_median": (
         0.0, "perfmodel's own harness on the CPU: a monotonic timer around the call"),
     "torch_profiler_kernel_sum_median_of20": (

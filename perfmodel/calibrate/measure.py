@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["L2Flusher", "Sample", "TimerConfig", "summarize", "time_cpu", "time_cuda"]
+__all__ = ["L2Flusher", "QueueAhead", "Sample", "TimerConfig", "summarize", "time_cpu",
+           "time_cuda"]
 
 
 @dataclass(frozen=True)
@@ -123,25 +124,89 @@ class L2Flusher:
         self.buffer.fill_(1.0)
 
 
+class QueueAhead:
+    """Keep the GPU busy while the host enqueues a batch of samples.
+
+    An event pair times the GPU from ``begin`` to ``end``. When the GPU reaches ``begin``
+    before the host has enqueued ``fn``'s kernels, the pair also times the host's dispatch:
+    an eager framework's launch calls, slow under a virtualised driver. On an H200 VM the
+    same tiny GEMM read 5 µs or 20-28 µs from one sample to the next (spread 0.3-0.6), the
+    larger figure being host time. So each batch begins with a spin kernel
+    (``torch.cuda._sleep``) that outlasts the host's enqueueing of the whole batch:
+
+        spin_s = margin · host_s(batch) + pad_s,   host_s(batch) = todo · per_sample_s
+
+    with ``per_sample_s`` the host time per sample of the last warm-up call, then of the
+    previous batch (a host's dispatch time for one call is steady once warm). The spin is
+    inside no event pair; the samples then run back to back on the GPU and each pair holds
+    the kernel and the GPU's own gap between commands. ``clock`` is the host clock (a
+    parameter, so that tests can simulate one).
+    """
+
+    def __init__(self, torch: Any, margin: float = 1.5, pad_s: float = 50e-6,
+                 max_spin_s: float = 0.05,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.torch = torch
+        self.margin = margin
+        self.pad_s = pad_s
+        self.max_spin_s = max_spin_s
+        self.clock = clock
+        self.cycles_per_s = self._spin_rate()
+
+    def _spin_rate(self) -> float:
+        """Cycles per second of ``torch.cuda._sleep`` (the SM clock it counts), measured
+        once with an event pair around a spin of 10⁶ cycles after one untimed spin."""
+        cuda = self.torch.cuda
+        cycles = 1_000_000
+        cuda._sleep(cycles)
+        begin = cuda.Event(enable_timing=True)
+        end = cuda.Event(enable_timing=True)
+        begin.record()
+        cuda._sleep(cycles)
+        end.record()
+        cuda.synchronize()
+        seconds = begin.elapsed_time(end) * 1e-3
+        return cycles / seconds if seconds > 0 else 1.5e9
+
+    def hold(self, samples: int, per_sample_s: float) -> float:
+        """Enqueue a spin long enough for the host to enqueue ``samples`` samples of
+        ``per_sample_s`` host seconds each; returns the spin's length, s."""
+        spin_s = min(self.margin * samples * per_sample_s + self.pad_s, self.max_spin_s)
+        self.torch.cuda._sleep(max(int(spin_s * self.cycles_per_s), 1))
+        return spin_s
+
+
 def time_cuda(fn: Callable[[], Any], cfg: TimerConfig | None = None,
-              flusher: L2Flusher | None = None, batch: int = 10) -> Sample:
+              flusher: L2Flusher | None = None, batch: int = 10,
+              queue: QueueAhead | None = None) -> Sample:
     """Time ``fn`` on the current CUDA stream with a pair of CUDA events per sample.
 
     Each sample is: L2 flush (untimed), start event, ``fn()``, end event. Samples are
-    enqueued ``batch`` at a time and read after one synchronize, so host overhead between
-    samples does not enter the event pair once the queue runs ahead of the GPU.
+    enqueued ``batch`` at a time and read after one synchronize. With ``queue`` each batch
+    starts behind a GPU spin that outlasts the host's enqueueing (:class:`QueueAhead`), so
+    host dispatch never enters an event pair; without it, only once the queue happens to
+    run ahead of the GPU.
     """
     import torch
 
     cfg = cfg or TimerConfig()
+    clock = queue.clock if queue is not None else time.perf_counter
+    per_sample_s = 100e-6  # no warm-up: a guess; else the last warm-up call's host time
     for _ in range(cfg.warmup):
+        t0 = clock()
+        if cfg.flush_l2 and flusher is not None:
+            flusher.flush()
         fn()
+        per_sample_s = clock() - t0
     torch.cuda.synchronize()
     times: list[float] = []
     start = time.perf_counter()
     while not _enough(times, cfg, time.perf_counter() - start):
         todo = min(batch, cfg.max_samples - len(times))
         events = []
+        if queue is not None:
+            queue.hold(todo, per_sample_s)
+        t0 = clock()
         for _ in range(todo):
             if cfg.flush_l2 and flusher is not None:
                 flusher.flush()
@@ -151,6 +216,7 @@ def time_cuda(fn: Callable[[], Any], cfg: TimerConfig | None = None,
             fn()
             end.record()
             events.append((begin, end))
+        per_sample_s = (clock() - t0) / todo
         torch.cuda.synchronize()
         times.extend(b.elapsed_time(e) * 1e-3 for b, e in events)
     return summarize(times, cfg.unstable_spread)

@@ -30,7 +30,14 @@ import numpy as np
 
 from perfmodel import __version__
 from perfmodel._errors import PerfmodelError
-from perfmodel.calibrate.measure import L2Flusher, Sample, TimerConfig, time_cpu, time_cuda
+from perfmodel.calibrate.measure import (
+    L2Flusher,
+    QueueAhead,
+    Sample,
+    TimerConfig,
+    time_cpu,
+    time_cuda,
+)
 from perfmodel.calibrate.suite import (
     Case,
     DeviceKind,
@@ -48,7 +55,7 @@ SOURCE = "perfmodel-calibrate"
 #: ``timing`` codes of our rows. Neither names an eager host gap nor a host clock, so
 #: perfmodel.validation adds no timing floor: the fitted fixed cost absorbs what remains.
 TIMING = {
-    "cuda": "perfmodel_cuda_event_pair_l2_flushed_median",
+    "cuda": "perfmodel_cuda_event_pair_l2_flushed_spin_ahead_median",
     "cpu": "perfmodel_cpu_perf_counter_median",
 }
 
@@ -413,6 +420,8 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
     if cfg.flush_l2:
         cache = int(env.get("l2_bytes", "0") or 0) if kind == "cuda" else int(hw.memory.l2 or 0)
         flusher = L2Flusher(device, cache or 64 << 20)
+    # a GPU spin ahead of each batch keeps host dispatch out of the event pairs
+    queue = QueueAhead(torch) if kind == "cuda" and hasattr(torch.cuda, "_sleep") else None
     progress = Progress(chosen_est, quiet)
     failed: list[tuple[str, str]] = []
     taken: list[tuple[Case, Sample, float]] = []
@@ -425,7 +434,7 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
         try:
             fn = _build(case, device)
             if kind == "cuda":
-                sample = time_cuda(fn, case_cfg, flusher)
+                sample = time_cuda(fn, case_cfg, flusher, queue=queue)
             else:
                 sample = time_cpu(fn, case_cfg, flusher.flush if flusher else None)
         except Exception as exc:  # unsupported backend, out of memory: record, go on
