@@ -5,7 +5,9 @@
 # calibration in parts (device figures, kernel-family constants, residual), carry its family
 # part onto this GPU's own spec and onto a neighbouring GPU's spec (calibrate transfer), and
 # print before/after on this GPU's rows: spec only, the family part carried (device figures
-# at the spec's values), the whole calibration in-sample and held out.
+# at the spec's values), the whole calibration in-sample and held out. Last, record a
+# torch.profiler trace (and an Nsight Compute export where ncu works) of an inference-shaped
+# workload and explain it kernel by kernel (explain-trace).
 #
 #   benchmarks/gpu_check.sh                 run the check (GPU machine; ~5 minutes)
 #   benchmarks/gpu_check.sh --fetch-wheels  on a machine with pip and network: download the
@@ -148,6 +150,29 @@ for name, pred in lines.items():
         cells.append(f"{100 * np.median(ape):5.1f}% / {100 * np.percentile(ape, 90):5.1f}%")
     print(f"{name:52s} " + " ".join(f"{c:>17s}" for c in cells))
 EOF
+
+echo "== your own traces: a torch.profiler trace of an inference-shaped workload (bf16 GEMMs,"
+echo "   causal prefill and GQA decode SDPA; benchmarks/gpu_traces.py), read by explain-trace"
+"$PYTHON" "$ROOT/benchmarks/gpu_traces.py" "$OUT/traces"
+"${PM[@]}" explain-trace "$OUT/traces/trace.json" --gpu "$SPEC_ID"
+"${PM[@]}" calibrate import "$OUT/traces/trace.json" --gpu "$SPEC_ID" --out "$OUT/traces/rows.csv"
+# Nsight Compute where it can read the counters (not under every VM runtime): the same
+# workload under emit_nvtx, exported raw; NVTX ranges hold shapes but neither dtype nor
+# is_causal, so both are given (the workload's prefill call is causal; decode is the same
+# either way)
+if command -v ncu >/dev/null; then
+    if timeout 300 ncu --clock-control none --csv --page raw --nvtx \
+            --metrics gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,device__attribute_display_name \
+            "$PYTHON" "$ROOT/benchmarks/gpu_traces.py" "$OUT/traces" --nvtx --repeat 1 \
+            > "$OUT/traces/ncu.csv" 2> "$OUT/traces/ncu.err"; then
+        "${PM[@]}" explain-trace "$OUT/traces/ncu.csv" --gpu "$SPEC_ID" --dtype bf16 --causal \
+            || true
+    else
+        echo "ncu could not profile here (see $OUT/traces/ncu.err)"
+    fi
+else
+    echo "ncu not found: Nsight Compute export skipped"
+fi
 
 echo "== done in $(( $(date +%s) - start )) s; files in $OUT"
 ls -l "$OUT"

@@ -520,6 +520,11 @@ def test_dtype_from_kernel_names() -> None:
     assert dtype_from_kernel("ampere_sgemm_128x64_nn") == "fp32"
     assert dtype_from_kernel("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32") == "fp8"
     assert dtype_from_kernel("triton_poi_fused_0") is None
+    # cuDNN's generated SDPA kernels say f16 for bf16 inputs too (seen on an H200): unknown
+    assert dtype_from_kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_"
+                             "knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0") is None
+    assert dtype_from_kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_bf16_"
+                             "knob_7") == "bf16"
 
 
 def test_measured_bottleneck_rule() -> None:

@@ -131,11 +131,20 @@ _KERNEL_DTYPES = (
 )
 
 
+#: Kernel families whose names write ``f16`` for either 16-bit float: cuDNN's generated
+#: SDPA kernels (``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_...``) were
+#: named so for bf16 inputs on an H200 (torch 2.11, cuDNN 9.19, this project's GPU check).
+_F16_MEANS_16_BIT = re.compile(r"cudnn_generated", re.I)
+
+
 def dtype_from_kernel(name: str) -> str | None:
     """The dtype a kernel name states (cuBLAS/CUTLASS tags such as ``bf16``, ``f16``,
-    ``sgemm``, template arguments such as ``cutlass::bfloat16_t`` or ``float``), or None."""
+    ``sgemm``, template arguments such as ``cutlass::bfloat16_t`` or ``float``), or None,
+    also when the name's ``f16`` may mean bf16 as well (cuDNN's generated kernels)."""
     for pattern, dtype in _KERNEL_DTYPES:
         if pattern.search(name):
+            if dtype == "fp16" and _F16_MEANS_16_BIT.search(name):
+                return None
             return dtype
     return None
 
