@@ -141,12 +141,16 @@ def kernel_path(impl_text: str, phase: str = "") -> tuple[str, int | str, str]:
     """Map a row's ``impl`` text to (kernel path, num_splits, rule used).
 
     Attention rows are fused unless ``impl`` names an unfused path (naive, math, unfused,
-    bmm). FlashAttention's KV-cache entry points run the paged kernel; through the C++ API
-    (``mha_fwd_kvcache``) the caller passes ``num_splits`` (1 unless stated), while the
+    bmm); ``math`` (PyTorch's MATH backend) computes in fp32. FlashAttention's KV-cache
+    entry points run the paged kernel; through the C++ API (``mha_fwd_kvcache``) the caller
+    passes ``num_splits`` (1 unless stated), while the
     Python ``flash_attn_with_kvcache`` chooses splits automatically.
     """
     text = impl_text.lower()
     if _UNFUSED.search(text):
+        if re.search(r"\bmath\b", text):
+            return "math", "auto", ("PyTorch's MATH backend -> math (unfused, fp32 compute "
+                                    "for 16-bit inputs)")
         return "naive", "auto", "impl names an unfused path -> naive"
     splits: int | str = "auto"
     match = re.search(r"num_splits\s*=\s*(\d+)", text)

@@ -143,3 +143,50 @@ def test_naive_matmul_flops_cover_flash_flops(seq_q: int, extra: int, head_dim: 
     if not causal:
         # the full rectangle either way: 2*B*H*S_q*S_kv*(D + D_v)
         assert matmul == flash
+
+
+def test_math_backend_computes_in_fp32_for_16_bit_inputs() -> None:
+    """PyTorch's MATH backend (pytorch/pytorch#128922): Q, K, V cast up to fp32, Q and K
+    pre-scaled, both GEMMs and the softmax in fp32, O cast back; no mask kernel when the
+    call is not causal. Bytes and FLOPs by hand for B=2, H=H_kv=4, S=64, D=D_v=32, bf16."""
+    op = Attention(batch=2, heads=4, seq_q=64, seq_kv=64, head_dim=32, dtype="bf16",
+                   impl="math")
+    stages = dict(op.naive_stages())
+    assert list(stages) == ["upcast", "prescale", "qk", "softmax", "pv", "downcast"]
+    q = 2 * 4 * 64 * 32  # Q elements; K and V as many each
+    # upcast: Q, K, V read at 2 bytes, written at 4
+    assert float(stages["upcast"].cost().bytes_min) == 3 * q * (2 + 4)
+    # prescale: Q and K read and written in fp32
+    assert float(stages["prescale"].cost().bytes_min) == 2 * q * (4 + 4)
+    for name in ("qk", "pv"):
+        gemm = stages[name]
+        assert isinstance(gemm, Gemm)
+        assert gemm.dtype == "fp32"
+        assert float(gemm.cost().flops) == 2 * 64 * 64 * 32 * 8  # per head, B*H = 8 heads
+    soft = stages["softmax"]
+    assert isinstance(soft, Softmax)
+    assert soft.dtype == "fp32"
+    # downcast: O read at 4 bytes, written at 2
+    assert float(stages["downcast"].cost().bytes_min) == q * (4 + 2)
+    # causal adds the mask kernel over the fp32 scores; fp32 inputs need no casts
+    causal = Attention(batch=2, heads=4, seq_q=64, seq_kv=64, head_dim=32, dtype="bf16",
+                       impl="math", causal=True)
+    assert [n for n, _ in causal.naive_stages()] == [
+        "upcast", "prescale", "qk", "mask", "softmax", "pv", "downcast"]
+    mask = dict(causal.naive_stages())["mask"]
+    assert float(mask.cost().bytes_min) == 8 * 64 * 64 * (4 + 4)
+    fp32 = Attention(batch=2, heads=4, seq_q=64, head_dim=32, dtype="fp32", impl="math")
+    assert [n for n, _ in fp32.naive_stages()] == ["qk", "softmax", "pv"]
+
+
+def test_math_is_slower_than_naive_where_fp32_is_slower() -> None:
+    import perfmodel as pm
+
+    def op(impl: str) -> Attention:
+        return Attention(batch=8, heads=32, seq_q=512, head_dim=128, dtype="bf16", impl=impl)
+
+    naive = pm.predict(op("naive"), "h100-sxm")
+    math_ = pm.predict(op("math"), "h100-sxm")
+    assert math_.details["impl"] == "math"
+    # fp32 GEMMs on CUDA cores (67 of 989 TFLOP/s) and 4-byte scores: several times slower
+    assert math_.latency_s > 3 * naive.latency_s

@@ -39,3 +39,12 @@ def test_stream_row_without_its_width_is_skipped_with_the_column(tmp_path: Path)
     ms = read_measurements(path)
     assert len(ms.rows) == 1
     assert "column n" in ms.skipped[0][1]
+
+
+def test_kernel_path_tells_torch_math_from_a_plain_unfused_path() -> None:
+    from perfmodel.validation import kernel_path
+
+    assert kernel_path("math (torch sdpa MATH backend, unfused)")[0] == "math"
+    assert kernel_path("naive bmm + softmax")[0] == "naive"
+    assert kernel_path("unfused eager attention")[0] == "naive"
+    assert kernel_path("flash2 (torch sdpa FLASH_ATTENTION backend)")[0] == "flash2"

@@ -36,7 +36,7 @@ from perfmodel.dtypes import normalize_dtype
 from perfmodel.hardware.catalog import resolve_id
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.measurements import Measurement, csv_records, parse_row, parse_time_us
-from perfmodel.ops.attention import Attention
+from perfmodel.ops.attention import UNFUSED_IMPLS, Attention
 from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
@@ -133,7 +133,7 @@ def row_family(row: Row) -> str:
     if row.op == "gemm":
         return "gemm"
     if row.op == "attention":
-        return "attention-naive" if row.static[3] == "naive" else "attention"
+        return "attention-naive" if row.static[3] in UNFUSED_IMPLS else "attention"
     return "stream"
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from perfmodel._units import format_quantity
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops import AllReduce, Attention, Op
+from perfmodel.ops.attention import UNFUSED_IMPLS
 from perfmodel.timing import Prediction
 
 __all__ = ["advice", "compare_lines", "describe", "explain_lines"]
@@ -89,7 +90,7 @@ def advice(op: Op, p: Prediction) -> str:
     if isinstance(op, AllReduce):
         return ("link-bound: overlap the all-reduce with compute, shrink the buffer (lower "
                 "precision), or use a faster interconnect")
-    if isinstance(op, Attention) and op.impl == "naive":
+    if isinstance(op, Attention) and op.impl in UNFUSED_IMPLS:
         return ("memory-bound on the S x S score matrix: use a fused (flash) kernel, which "
                 "never writes it to HBM")
     if isinstance(op, Attention) and _scalar(np.max(op.seq_q)) * _scalar(

@@ -19,11 +19,11 @@ from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
 from perfmodel.ops.elementwise import Elementwise, Softmax
 from perfmodel.ops.gemm import Gemm
 
-__all__ = ["IMPLS", "Attention", "causal_pairs", "computed_pairs", "flash_bytes", "kv_bytes",
-           "o_bytes", "pairs", "q_bytes"]
+__all__ = ["IMPLS", "UNFUSED_IMPLS", "Attention", "causal_pairs", "computed_pairs",
+           "flash_bytes", "kv_bytes", "o_bytes", "pairs", "q_bytes"]
 
-Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2", "xqa",
-               "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton"]
+Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "math", "fmha-v2",
+               "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton"]
 #: Kernel families. ``flash`` is the fused kernel native to the architecture (FA2-class
 #: before Hopper, FA3/cuDNN-class on Hopper and later); ``flash2``/``flash3``/``flash4``
 #: are FlashAttention 2, 3 and 4 (CuTe); ``paged`` is FlashAttention-2's paged-KV kernel
@@ -34,13 +34,18 @@ Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2
 #: runs when each KV head has one query head), ``trtllm-gen`` its Blackwell kernels (also reached
 #: through FlashInfer); ``flashinfer`` is FlashInfer's own (FA2-template) kernels and
 #: ``flashinfer-sm100`` its Blackwell backends (a different kernel, its own constants),
-#: ``triton`` the Triton kernels of vLLM/SGLang; ``naive`` is the unfused math path.
+#: ``triton`` the Triton kernels of vLLM/SGLang; ``naive`` is the unfused path (QKᵀ, mask,
+#: softmax, PV as separate kernels in the input dtype); ``math`` is PyTorch's SDPA MATH
+#: backend, the same path computed in fp32 for 16-bit inputs (PyTorch ≥ 2.5 casts Q, K, V
+#: up and O back: pytorch/pytorch#128922, documented in #163508).
 #: Each family's traits: :mod:`perfmodel.timing.kernels`.
-IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "fmha-v2",
-                          "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100",
-                          "triton")
+IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "math",
+                          "fmha-v2", "xqa", "mmha", "trtllm-gen", "flashinfer",
+                          "flashinfer-sm100", "triton")
+#: Kernel paths that run attention as several unfused kernels (:meth:`Attention.naive_stages`).
+UNFUSED_IMPLS: tuple[str, ...] = ("naive", "math")
 _IMPL_SET = frozenset(IMPLS)
-_IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4", "math": "naive",
+_IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4",
                  "unfused": "naive", "eager": "naive", "paged-kv": "paged", "kvcache": "paged",
                  "cudnn": "flash3", "trtllm-fmha": "fmha-v2", "fmha_v2": "fmha-v2",
                  "trtllm_gen": "trtllm-gen", "trtllm-mha": "trtllm-gen",
@@ -311,12 +316,42 @@ class Attention:
     def naive_stages(self) -> list[tuple[str, Gemm | Elementwise | Softmax]]:
         """The unfused path as its kernels: S = Q·Kᵀ (written to HBM), scale and mask
         (read and write S), softmax (read S, write P), O = P·V (read P). Every stage works on
-        the full B·H_q·S_q·S_kv score matrix whatever the mask."""
+        the full B·H_q·S_q·S_kv score matrix whatever the mask.
+
+        ``math`` (PyTorch's MATH backend) with 16-bit inputs computes in fp32: Q, K, V cast
+        up (read at the input width, written at 4 bytes; K and V as H_q heads, since the
+        backend repeats a GQA group's K/V), Q and K pre-scaled by √scale (read and write in
+        fp32), the two GEMMs, softmax and (causal only: a non-causal call adds no mask) the
+        mask in fp32, O cast back (read 4 bytes, write the input width)."""
         bh = self.batch * self.heads
         scores = bh * self.seq_q * self.seq_kv
-        qk = Gemm(m=self.seq_q, n=self.seq_kv, k=self.head_dim, batch=bh, dtype=self.dtype)
+        up = self.impl == "math" and self.dtype not in ("fp32", "fp64")
+        cdt: DType = "fp32" if up else self.dtype
+        qk = Gemm(m=self.seq_q, n=self.seq_kv, k=self.head_dim, batch=bh, dtype=cdt)
         mask = Elementwise(scores, reads=1, writes=1, flops_per_element=2 if self.causal else 1,
-                           dtype=self.dtype, kind="scale_mask")
-        soft = Softmax(rows=bh * self.seq_q, cols=self.seq_kv, dtype=self.dtype)
-        pv = Gemm(m=self.seq_q, n=self.value_dim, k=self.seq_kv, batch=bh, dtype=self.dtype)
-        return [("qk", qk), ("scale_mask", mask), ("softmax", soft), ("pv", pv)]
+                           dtype=cdt, kind="scale_mask")
+        soft = Softmax(rows=bh * self.seq_q, cols=self.seq_kv, dtype=cdt)
+        pv = Gemm(m=self.seq_q, n=self.value_dim, k=self.seq_kv, batch=bh, dtype=cdt)
+        if self.impl != "math":
+            return [("qk", qk), ("scale_mask", mask), ("softmax", soft), ("pv", pv)]
+        stages: list[tuple[str, Gemm | Elementwise | Softmax]] = []
+        if up:
+            q = bh * self.seq_q * self.head_dim
+            kv = bh * self.seq_kv * (self.head_dim + self.value_dim)
+            wide = 4.0 / bytes_per_element(self.dtype)  # fp32 bytes per input-width byte
+            stages += [("upcast", Elementwise(q + kv, reads=1, writes=wide,
+                                              flops_per_element=0, dtype=self.dtype,
+                                              kind="upcast")),
+                       ("prescale", Elementwise(q + bh * self.seq_kv * self.head_dim,
+                                                reads=1, writes=1, flops_per_element=1,
+                                                dtype=cdt, kind="prescale"))]
+        stages.append(("qk", qk))
+        if self.causal:
+            stages.append(("mask", mask))
+        stages += [("softmax", soft), ("pv", pv)]
+        if up:
+            o = bh * self.seq_q * self.value_dim
+            stages.append(("downcast", Elementwise(o, reads=4.0 / bytes_per_element(
+                self.dtype), writes=1, flops_per_element=0, dtype=self.dtype,
+                kind="downcast")))
+        return stages

@@ -18,7 +18,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.ops.attention import Attention
+from perfmodel.ops.attention import UNFUSED_IMPLS, Attention
 from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Embedding, Norm, Rotary, Softmax
@@ -206,7 +206,7 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
 
 def _predict_attention(op: Attention, spec: HardwareSpec, ctx: RunContext,
                        consts: Constants) -> Prediction:
-    if op.impl == "naive":
+    if op.impl in UNFUSED_IMPLS:
         return _predict_naive(op, spec, ctx, consts)
     return _predict_flash(op, spec, ctx, consts)
 
@@ -277,7 +277,7 @@ def _predict_naive(op: Attention, spec: HardwareSpec, ctx: RunContext,
         latency_s=_sum_stages(stages, "latency_s"),
         flops=_sum_stages(stages, "flops"), bytes_=_sum_stages(stages, "bytes"),
         bytes_min=op.bytes_min(), peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
-        stages=tuple(stages), details={"impl": "naive", "kernels": float(len(stages))},
+        stages=tuple(stages), details={"impl": op.impl, "kernels": float(len(stages))},
     )
 
 
