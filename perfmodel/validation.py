@@ -143,8 +143,8 @@ def kernel_path(impl_text: str, phase: str = "") -> tuple[str, int | str, str]:
     Attention rows are fused unless ``impl`` names an unfused path (naive, math, unfused,
     bmm); ``math`` (PyTorch's MATH backend) computes in fp32. FlashAttention's KV-cache
     entry points run the paged kernel; through the C++ API (``mha_fwd_kvcache``) the caller
-    passes ``num_splits`` (1 unless stated), while the
-    Python ``flash_attn_with_kvcache`` chooses splits automatically.
+    passes ``num_splits`` (1 unless stated), while the Python ``flash_attn_with_kvcache``
+    chooses splits automatically.
     """
     text = impl_text.lower()
     if _UNFUSED.search(text):

@@ -148,7 +148,8 @@ def test_naive_matmul_flops_cover_flash_flops(seq_q: int, extra: int, head_dim: 
 def test_math_backend_computes_in_fp32_for_16_bit_inputs() -> None:
     """PyTorch's MATH backend (pytorch/pytorch#128922): Q, K, V cast up to fp32, Q and K
     pre-scaled, both GEMMs and the softmax in fp32, O cast back; no mask kernel when the
-    call is not causal. Bytes and FLOPs by hand for B=2, H=H_kv=4, S=64, D=D_v=32, bf16."""
+    call is not causal; fp32 inputs need no casts but are pre-scaled too. Bytes and FLOPs
+    by hand for B=2, H=H_kv=4, S=64, D=D_v=32, bf16."""
     op = Attention(batch=2, heads=4, seq_q=64, seq_kv=64, head_dim=32, dtype="bf16",
                    impl="math")
     stages = dict(op.naive_stages())
@@ -176,7 +177,7 @@ def test_math_backend_computes_in_fp32_for_16_bit_inputs() -> None:
     mask = dict(causal.naive_stages())["mask"]
     assert float(mask.cost().bytes_min) == 8 * 64 * 64 * (4 + 4)
     fp32 = Attention(batch=2, heads=4, seq_q=64, head_dim=32, dtype="fp32", impl="math")
-    assert [n for n, _ in fp32.naive_stages()] == ["qk", "softmax", "pv"]
+    assert [n for n, _ in fp32.naive_stages()] == ["prescale", "qk", "softmax", "pv"]
 
 
 def test_math_is_slower_than_naive_where_fp32_is_slower() -> None:

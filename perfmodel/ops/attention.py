@@ -318,11 +318,12 @@ class Attention:
         (read and write S), softmax (read S, write P), O = P·V (read P). Every stage works on
         the full B·H_q·S_q·S_kv score matrix whatever the mask.
 
-        ``math`` (PyTorch's MATH backend) with 16-bit inputs computes in fp32: Q, K, V cast
-        up (read at the input width, written at 4 bytes; K and V as H_q heads, since the
-        backend repeats a GQA group's K/V), Q and K pre-scaled by √scale (read and write in
-        fp32), the two GEMMs, softmax and (causal only: a non-causal call adds no mask) the
-        mask in fp32, O cast back (read 4 bytes, write the input width)."""
+        ``math`` (PyTorch's MATH backend) pre-scales Q and K by √scale (a read and a write
+        of each) and adds a mask only when causal; with 16-bit inputs it computes in fp32:
+        Q, K, V cast up first (read at the input width, written at 4 bytes; K and V as H_q
+        heads, since the backend repeats a GQA group's K/V), the scaling, both GEMMs, the
+        softmax and the mask in fp32, O cast back last (read 4 bytes, write the input
+        width)."""
         bh = self.batch * self.heads
         scores = bh * self.seq_q * self.seq_kv
         up = self.impl == "math" and self.dtype not in ("fp32", "fp64")
@@ -335,17 +336,17 @@ class Attention:
         if self.impl != "math":
             return [("qk", qk), ("scale_mask", mask), ("softmax", soft), ("pv", pv)]
         stages: list[tuple[str, Gemm | Elementwise | Softmax]] = []
+        q = bh * self.seq_q * self.head_dim
         if up:
-            q = bh * self.seq_q * self.head_dim
             kv = bh * self.seq_kv * (self.head_dim + self.value_dim)
             wide = 4.0 / bytes_per_element(self.dtype)  # fp32 bytes per input-width byte
-            stages += [("upcast", Elementwise(q + kv, reads=1, writes=wide,
-                                              flops_per_element=0, dtype=self.dtype,
-                                              kind="upcast")),
-                       ("prescale", Elementwise(q + bh * self.seq_kv * self.head_dim,
-                                                reads=1, writes=1, flops_per_element=1,
-                                                dtype=cdt, kind="prescale"))]
-        stages.append(("qk", qk))
+            stages.append(("upcast", Elementwise(q + kv, reads=1, writes=wide,
+                                                 flops_per_element=0, dtype=self.dtype,
+                                                 kind="upcast")))
+        stages += [("prescale", Elementwise(q + bh * self.seq_kv * self.head_dim, reads=1,
+                                            writes=1, flops_per_element=1, dtype=cdt,
+                                            kind="prescale")),
+                   ("qk", qk)]
         if self.causal:
             stages.append(("mask", mask))
         stages += [("softmax", soft), ("pv", pv)]
