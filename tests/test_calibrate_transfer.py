@@ -26,10 +26,10 @@ SOURCE, TARGET = "a100-80gb-sxm", "h100-sxm"
 #: the bandwidth): a card that reaches less than its spec.
 DEVICE = {"compute_fraction": 0.62, "memory_fraction": 0.78}
 #: Kernel-family figures of the synthetic truth: the fixed cost of a GEMM kernel and the
-#: FlashAttention-2 family on Ampere (rate, per-CTA bandwidth), away from the bundled
-#: values so that a fit that does not move them fails.
+#: FlashAttention-2 family on Ampere (rate, fixed time per prefill tile), away from the
+#: bundled values so that a fit that does not move them fails.
 OVERHEAD_S = 4.5e-6
-FAMILY = {"attn.flash2.efficiency.ampere": 0.8, "attn.flash2.cta_bandwidth.ampere": 2.5}
+FAMILY = {"attn.flash2.efficiency.ampere": 0.8, "attn.flash2.tile_s.ampere": 4.0e-6}
 
 
 def _suite_rows(hw: pm.HardwareSpec, truth: pm.HardwareSpec, noise: float = 0.01
@@ -68,7 +68,7 @@ def test_fit_separates_device_from_family_figures(fitted: pm.HardwareSpec) -> No
         assert cal.params[key]["memory_fraction"] == pytest.approx(0.78, rel=0.02)
     assert cal.params["gemm/bf16"]["overhead_s"] == pytest.approx(OVERHEAD_S, rel=0.05)
     assert cal.constants["attn.flash2.efficiency.ampere"] == pytest.approx(0.8, rel=0.03)
-    assert cal.constants["attn.flash2.cta_bandwidth.ampere"] == pytest.approx(2.5, rel=0.15)
+    assert cal.constants["attn.flash2.tile_s.ampere"] == pytest.approx(4.0e-6, rel=0.15)
     # the device's lower compute fraction is not absorbed by the family's rate
     assert "gemm.auto.none.efficiency" not in cal.constants
 

@@ -313,12 +313,43 @@ def test_decode_packs_any_group_of_query_heads(impl: str) -> None:
     """A one-token query packs all G query heads of a KV head into one tile's rows, however
     large G (FA2's seqlenq_ngroups_swapped, FlashInfer's tensor-core decode have no upper
     limit): G = 128 fills a 128-row tile, one CTA per (sequence, KV head), as G = 32 gives
-    one 32-row tile; unpacked it would be one 16-row tile per query head."""
-    for group, rows in ((32, 32), (128, 128)):
+    one 32-row tile (FA2: its smallest query tile, 64 rows); unpacked it would be one tile
+    per query head."""
+    least = 64 if impl in ("flash2", "paged") else 16
+    for group, rows in ((32, max(32, least)), (128, 128)):
         p = predict(pm.Attention(batch=4, heads=group, kv_heads=1, seq_q=1, seq_kv=64,
                                  head_dim=128, impl=impl, num_splits=1), "a100-80gb-sxm")
         assert float(p.details["q_tile"]) == rows
         assert float(p.details["ctas"]) == 4 * 1
+
+
+@pytest.mark.parametrize(("impl", "rows"), [("flash2", 64), ("paged", 64), ("flash3", 16),
+                                            ("flashinfer", 16)])
+def test_fa2_computes_at_least_its_64_row_query_tile(impl: str, rows: int) -> None:
+    """FlashAttention-2's split-KV kernel fixes kBlockM = 64 for every head dim (its
+    forward kernels use 64 or 128): a decode tile of 4 packed query heads costs 64 rows of
+    MMA work, where other tensor-core kernels pad to the MMA granularity (16)."""
+    op = pm.Attention(batch=8, heads=32, kv_heads=8, seq_q=1, seq_kv=4096, head_dim=128,
+                      impl=impl, num_splits=1)
+    arch_gpu = "h100-sxm" if impl == "flash3" else "a100-80gb-sxm"
+    assert float(predict(op, arch_gpu).details["q_tile"]) == rows
+
+
+def test_fa2_split_heuristic_counts_two_ctas_per_sm_and_its_kv_blocks() -> None:
+    """flash_api.cpp: num_splits_heuristic(B·H·m_blocks, 2 × SMs, n_blocks, 128) with
+    block_n = 256 / 128 / 64 keys for head dims to 64 / 128 / above. On an A100 (108 SMs)
+    128 (sequence, KV head) CTAs fill 80 % of 108 SMs but not of 216 slots: FA2 splits;
+    and a 1,024-key cache has 4 blocks at head dim 64, 16 at 256, so at most 4 or 16
+    splits."""
+    def splits(impl: str, batch: int, kv_heads: int, seq_kv: int, d: int) -> float:
+        op = pm.Attention(batch=batch, heads=kv_heads * 4, kv_heads=kv_heads, seq_q=1,
+                          seq_kv=seq_kv, head_dim=d, impl=impl)
+        return float(predict(op, "a100-80gb-sxm").details["splits"])
+
+    assert splits("flash2", 16, 8, 8192, 128) > 1  # 128 < 0.8 x 216
+    assert splits("flashinfer", 16, 8, 8192, 128) == 1  # 128 >= 0.8 x 108
+    assert splits("flash2", 1, 1, 1024, 64) <= 4
+    assert 4 < splits("flash2", 1, 1, 1024, 256) <= 16
 
 
 def test_flashinfer_prefill_packs_the_query_heads_of_a_kv_head() -> None:

@@ -240,15 +240,22 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     fallback = group > fam.max_group  # the family's unpacked, unsplit fallback kernel
     packed = ops.where(fallback, False, packed)
     rows = ops.where(packed, seq_q * group, seq_q)
-    # tensor-core tiles pad rows to the MMA granularity; the CUDA-core kernel does not
-    q_eff = ops.where(cuda_cores, rows, ops.minimum(q_t, _MMA_ROWS * ops.ceil(rows / _MMA_ROWS)))
+    # tensor-core tiles pad rows to the MMA granularity, or to the family's smallest query
+    # tile where that is larger; the CUDA-core kernel does not pad
+    padded = ops.maximum(_MMA_ROWS * ops.ceil(rows / _MMA_ROWS), fam.min_rows)
+    q_eff = ops.where(cuda_cores, rows, ops.minimum(q_t, padded))
     q_tiles = ops.ceil(rows / q_eff)
     heads_u = ops.where(packed, kv_heads, heads)
     base = batch * heads_u * q_tiles
     if op.num_splits not in ("auto", "gqa"):
         splits = 0.0 * base + float(op.num_splits)
     elif fam.split_kv == "auto" and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):
-        splits = ops.minimum(auto_splits(base, seq_kv, k.units), fam.max_splits)
+        block = 256.0
+        for max_d, keys in reversed(fam.split_block):  # first rule whose head dim fits wins
+            block = ops.where(d <= max_d, keys, block)
+        splits = ops.minimum(auto_splits(base, seq_kv, int(k.units * fam.split_slots),
+                                         max(64, int(fam.max_splits)), block),
+                             fam.max_splits)
         if op.num_splits == "gqa":
             splits = ops.where(packed, ops.where(group > 1, splits, 1.0), 1.0)
         splits = ops.where(fallback, 1.0, splits)

@@ -151,6 +151,17 @@ class AttentionFamily:
         (architecture, family) pairs: on that architecture the kernels this name stands for
         are a different design, modelled as that family (TensorRT-LLM's ``fmha-v2`` on
         Hopper: ``fmha-v2-sm90``).
+    split_slots:
+        CTA slots per SM that the split-KV heuristic counts (FlashAttention-2 passes twice
+        the SM count: "128 threads per block", two resident CTAs per SM).
+    split_block:
+        Keys per KV block the split heuristic counts, by head dim ≤: ((64, 256), (128, 128),
+        (1e9, 64)) for FlashAttention-2's ``block_n``; empty: 256.
+    min_rows:
+        Query rows a CTA computes at least, whatever the rows it holds: the MMA granularity
+        (16) unless the kernel's smallest query tile is larger (FlashAttention-2's split-KV
+        kernel fixes 64 rows for every head dim, so a decode tile of a few packed query
+        heads costs 64 rows of MMA work).
     source:
         Where the traits come from.
     """
@@ -169,6 +180,9 @@ class AttentionFamily:
     cuda_core_decode: bool = False
     kin: tuple[str, ...] = ()
     built_as: tuple[tuple[str, str], ...] = ()
+    min_rows: float = 16.0
+    split_slots: float = 1.0
+    split_block: tuple[tuple[float, float], ...] = ()
 
     @property
     def arch_tiles(self) -> bool:
@@ -195,6 +209,11 @@ _FA3 = "FlashAttention-3 paper (Shah et al. 2024) and source (tile_size_fwd_sm90
 _TRITON = "SGLang triton_ops/extend_attention.py block sizes (BLOCK_M×BLOCK_N): sm100 64×64 " \
           "(d ≤ 256) / 16×64; sm90 128×64 / 32×64; sm89 64×128 (d ≤ 128) / 64×64 / 32×32; " \
           "sm80 128×128 / 64×64 / 32×64; one program per (sequence, head, query block)"
+_FA2_ROWS = "; at least 64 query rows per CTA (flash_fwd_launch_template.h: the split-KV " \
+            "kernel's kBlockM = 64 for every head dim, the forward kernels' 64 or 128); " \
+            "splits by flash_api.cpp's num_splits_heuristic over 2 x SMs slots, KV blocks of " \
+            "256 / 128 / 64 keys for head dims to 64 / 128 / above, at most 128 splits"
+_FA2_BLOCK_N: tuple[tuple[float, float], ...] = ((64.0, 256.0), (128.0, 128.0), (1e9, 64.0))
 _SYNC = "; synchronous MMA (mma.sync): on Hopper and Blackwell at the architecture's " \
         "sync_mma_fraction of the dense rate"
 _ANY: tuple[str, ...] = ()
@@ -204,10 +223,12 @@ _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulat
 
 ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f for f in (
     AttentionFamily("flash2", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
-                    "auto", _FA2 + _SYNC, sync_mma=True),
+                    "auto", _FA2 + _FA2_ROWS + _SYNC, sync_mma=True, min_rows=64.0,
+                    split_slots=2.0, split_block=_FA2_BLOCK_N, max_splits=128.0),
     AttentionFamily("paged", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
-                    "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)" + _SYNC,
-                    sync_mma=True, kin=("flash2",)),
+                    "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)"
+                    + _FA2_ROWS + _SYNC, sync_mma=True, kin=("flash2",), min_rows=64.0,
+                    split_slots=2.0, split_block=_FA2_BLOCK_N, max_splits=128.0),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
                                      (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
