@@ -63,17 +63,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.nn.functional as F  # noqa: N812
+    from _cuda import cuda_target
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from perfmodel.calibrate.measure import L2Flusher, QueueAhead, TimerConfig, time_cuda
-    from perfmodel.hardware.catalog import resolve_id
     from perfmodel.measurements import write_measurements
 
-    if not torch.cuda.is_available():
-        sys.exit("no CUDA device visible to torch")
-    name = torch.cuda.get_device_name(0)
-    spec = args.gpu or resolve_id(name)
-    dev = torch.device("cuda:0")
+    dev, name, spec = cuda_target(args.gpu)
     props = torch.cuda.get_device_properties(0)
     flusher = L2Flusher(dev, int(getattr(props, "L2_cache_size", 0) or 64 << 20))
     queue = QueueAhead(torch)

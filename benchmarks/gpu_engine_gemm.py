@@ -65,15 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
+    from _cuda import cuda_target
 
-    from perfmodel.hardware.catalog import resolve_id
     from perfmodel.measurements import write_measurements
 
-    if not torch.cuda.is_available():
-        sys.exit("no CUDA device visible to torch")
-    name = torch.cuda.get_device_name(0)
-    spec = args.gpu or resolve_id(name)
-    dev = torch.device("cuda:0")
+    dev, name, spec = cuda_target(args.gpu)
     rows: list[dict[str, Any]] = []
     for n, k in LAYERS:
         weights = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
