@@ -246,6 +246,9 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
     (vLLM, SGLang; TRT-LLM on Blackwell), CUTLASS in TRT-LLM on Hopper/Ada, Triton in vLLM
     on Ada. nvfp4 (Blackwell): CuTe-DSL kernels through FlashInfer in vLLM and SGLang,
     TRT-LLM's CUTLASS kernels. Quantized schemes quantize the bf16 activations in the call.
+    On the RTX Blackwell GPUs (SM120, ``blackwell-consumer``) neither DeepGEMM nor the
+    CuTe-DSL kernels run (both are built for SM90 / SM100's warpgroup and tensor-memory
+    MMA): block-scaled fp8 and nvfp4 go to CUTLASS's SM120 kernels (:data:`_SM120_GEMM`).
     """
     eng = normalize_engine(engine)
     if quant == "none":
@@ -254,6 +257,8 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
         return GemmChoice("auto", True, "engine-neutral default")
     if quant in ("per-tensor", "per-channel"):
         return GemmChoice("cublas" if eng == "trtllm" else "cutlass", True, _AIC)
+    if arch == "blackwell-consumer":
+        return GemmChoice("cutlass", True, _SM120_GEMM)
     if quant == "block":
         if eng == "trtllm":
             return GemmChoice("deepgemm" if arch == "blackwell" else "cutlass", True, _AIC)
@@ -261,6 +266,15 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
             return GemmChoice("triton", True, _AIC)
         return GemmChoice("deepgemm", True, _AIC)
     return GemmChoice("cutlass" if eng == "trtllm" else "cutedsl", True, _AIC)
+
+
+#: Where the SM120 choice comes from: DeepGEMM supports SM90 and SM100 only; vLLM selects
+#: ``CutlassFp8BlockScaledMMKernel`` on SM120/SM121 (vllm-project/vllm PR 37970 tunes its
+#: SM120 blockwise CUTLASS GEMM; issue 43367 shows it selected on a GB10), SGLang's
+#: sgl-kernel has an SM120 CUTLASS blockwise fp8 GEMM (sgl-project/sglang PR 9969), and
+#: CUTLASS ships SM120 nvfp4 GEMMs (its example 79, "blackwell_geforce_gemm").
+_SM120_GEMM = "SM120 (RTX Blackwell): CUTLASS SM120 kernels; DeepGEMM and the CuTe-DSL " \
+              "kernels are SM90/SM100-only"
 
 
 #: Schemes whose activation quantization an engine fuses into the kernel that produces the

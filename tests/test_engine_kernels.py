@@ -676,3 +676,19 @@ def test_trtllm_context_fmha_on_hopper_is_its_warp_specialised_family() -> None:
     assert t("h100-sxm", slow_v2) == pytest.approx(t("h100-sxm", PRIORS))
     assert t("h100-sxm", slow_ws) > 1.5 * t("h100-sxm", PRIORS)
     assert t("a100-80gb-sxm", slow_v2) > 1.5 * t("a100-80gb-sxm", PRIORS)
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_rtx_blackwell_runs_cutlass_for_block_fp8_and_nvfp4(engine: str) -> None:
+    """SM120 (RTX PRO 6000, RTX 5090) has neither DeepGEMM nor the SM100 CuTe-DSL
+    kernels: block-scaled fp8 and nvfp4 calls run CUTLASS's SM120 GEMMs; datacenter
+    Blackwell keeps its own choices."""
+    for quant in ("block", "nvfp4"):
+        assert gemm_kernel(engine, "blackwell-consumer", quant).impl == "cutlass"
+    assert gemm_kernel(engine, "blackwell", "block").impl == "deepgemm"
+    choice = gemm_kernel(engine, pm.load_hardware("rtx-pro-6000-server").arch, "block")
+    p = predict(pm.Gemm(m=64, n=4096, k=4096, dtype="fp8", quant="block", out_dtype="bf16",
+                        shared_b=True, impl=choice.impl), "rtx-pro-6000-server",
+                context=RunContext(launch="graph", l2="warm", engine=engine))
+    assert p.details["impl"] == "cutlass"
+    assert 0.0 < float(p.latency_s) < 1e-3
