@@ -112,6 +112,24 @@ class GemmChoice:
 
 
 _AIC = "NVIDIA AIConfigurator collectors (kernel_source per GPU, its README table)"
+#: Architectures of NVIDIA GPUs (the kernels chosen below are NVIDIA builds).
+_NVIDIA_ARCHS = frozenset({"pascal", "volta", "turing", "ampere", "ada", "hopper",
+                           "blackwell", "blackwell-consumer"})
+_NOT_NVIDIA = "ROCm / XPU build: the engine's kernels there (AITER, Composable Kernel, " \
+              "Triton) are not modelled, so the call runs the architecture's native " \
+              "kernels with the engine's host time"
+
+
+def _nvidia(engine: str, arch: str) -> bool:
+    """Whether ``arch`` is an NVIDIA architecture (an empty arch: not known, taken as
+    one). TensorRT-LLM runs on NVIDIA GPUs only: asking for it elsewhere is an error."""
+    if not arch or arch in _NVIDIA_ARCHS:
+        return True
+    if engine == "trtllm":
+        raise PerfmodelError("engine", f"TensorRT-LLM runs on NVIDIA GPUs only, and this "
+                             f"GPU's architecture is {arch}",
+                             "use --engine vllm or sglang (their ROCm builds), or none")
+    return False
 #: flash_attn_varlen_func (the entry point vLLM's and SGLang's FA2 backends call) splits the
 #: keys of a decode step only when it swaps the G query heads of a KV group into the rows
 #: (GQA); with one query head per KV head it runs one CTA per (sequence, head).
@@ -136,6 +154,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     decode = phase == "decode"
     if eng == "none":
         return AttentionChoice("flash", kv_write=False, source="engine-neutral default")
+    if not _nvidia(eng, arch):
+        return AttentionChoice("flash", source=_NOT_NVIDIA)
     choice = _attention_kernel(eng, arch, decode, head_dim, kv_dtype, group)
     if kv_dtype == "fp8" and _fp8_compute(eng, arch, decode, choice.impl):
         return dataclasses.replace(choice, fp8_compute=True)
@@ -255,6 +275,8 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
         return GemmChoice("auto", False, "vendor library (cuBLAS)")
     if eng == "none":
         return GemmChoice("auto", True, "engine-neutral default")
+    if not _nvidia(eng, arch):
+        return GemmChoice("auto", True, _NOT_NVIDIA)
     if quant in ("per-tensor", "per-channel"):
         return GemmChoice("cublas" if eng == "trtllm" else "cutlass", True, _AIC)
     if arch == "blackwell-consumer":

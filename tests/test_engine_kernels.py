@@ -692,3 +692,29 @@ def test_rtx_blackwell_runs_cutlass_for_block_fp8_and_nvfp4(engine: str) -> None
                 context=RunContext(launch="graph", l2="warm", engine=engine))
     assert p.details["impl"] == "cutlass"
     assert 0.0 < float(p.latency_s) < 1e-3
+
+
+def test_engines_off_nvidia() -> None:
+    """TensorRT-LLM is NVIDIA-only: asking for it on an AMD GPU names the engine and the
+    way out; vLLM and SGLang (ROCm builds) fall back to the architecture's own kernels and
+    say so."""
+    with pytest.raises(PerfmodelError, match="NVIDIA GPUs only"):
+        attention_kernel("trtllm", "cdna3", "decode")
+    with pytest.raises(PerfmodelError, match="engine"):
+        gemm_kernel("trtllm", "cdna4", "per-tensor")
+    for engine in ("vllm", "sglang"):
+        att = attention_kernel(engine, "cdna3", "prefill")
+        assert att.impl == "flash"
+        assert "not modelled" in att.source
+        assert gemm_kernel(engine, "cdna3", "per-tensor").impl == "auto"
+    assert attention_kernel("vllm", "hopper", "prefill").impl == "flash3"
+
+
+def test_cli_refuses_trtllm_on_amd(capsys: pytest.CaptureFixture[str]) -> None:
+    from perfmodel.cli.main import main
+    code = main(["model", "llama-3.1-8b", "--gpu", "mi300x", "--prompt", "128", "--gen",
+                 "8", "--engine", "trtllm"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "TensorRT-LLM runs on NVIDIA GPUs only" in err
+    assert err.count("\n") == 1
