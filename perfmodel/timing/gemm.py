@@ -12,7 +12,9 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
   from L2 for a warm repeated call whose footprint fits
   (:func:`perfmodel.timing.core.stream_time`);
 - tile fill: the first k-slab load and the last tile store of a wave are not overlapped
-  with math: (min(T, U·r)·((t_m + t_n)·64·s_in + t_m·t_n·s_out)) / BW + latency;
+  with math: min(T, U·r)·((t_m + t_n)·min(64, ⌈k/s⌉)·s_in + t_m·t_n·s_out) bytes at the
+  call's stream rate (DRAM, or partly L2 for a warm call whose footprint fits), + latency
+  (a k-slab is never deeper than the k a tile reduces);
 - latency = overlap(t_compute, t_memory) + t_fill + launches·t_kernel (t_kernel: the fixed
   cost of one kernel in the launch mode, :class:`perfmodel.timing.core.Env`).
 
@@ -84,8 +86,10 @@ class _Tile:
     split: float
     tile_s: float
     """2·U·t_m·t_n/(e·R): time of one tile per unit of ⌈k/s⌉, s."""
-    fill: float
-    """((t_m + t_n)·64·s_in + t_m·t_n·s_out)/BW_achievable, s per concurrent tile."""
+    fill_in: float
+    """(t_m + t_n)·s_in: bytes of one k step of a tile's first slab (× min(64, ⌈k/s⌉))."""
+    fill_out: float
+    """t_m·t_n·s_out: bytes of a tile's store."""
     launches: float
 
 
@@ -119,7 +123,8 @@ class _Call:
     split_index: tuple[tuple[int, ...], ...]
     """Positions in ``splits`` of each group's members."""
     table: Array
-    """Every candidate, plain then split: (t_m, t_n, e, s, t_tile, fill, launches)."""
+    """Every candidate, plain then split: (t_m, t_n, e, s, t_tile, fill_in, fill_out,
+    launches)."""
     least_tile_s: float
     """The least t_tile·e per unit of t_m·t_n of the menu (a tile's time at its least
     relieved efficiency, :func:`_relief`): 2·U/R."""
@@ -131,7 +136,7 @@ class _Call:
 
 @functools.lru_cache(maxsize=256)
 def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: int,
-           rate: float, s_in: float, s_out: float, bandwidth: float) -> tuple[_Tile, ...]:
+           rate: float, s_in: float, s_out: float) -> tuple[_Tile, ...]:
     menu = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
     out = []
     for tm, tn, e in menu:
@@ -140,8 +145,7 @@ def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: in
             if (s > 1) != split:
                 continue
             out.append(_Tile(tm, tn, eff, s, 2.0 * units * tm * tn / (eff * rate),
-                             ((tm + tn) * _K_SLAB * s_in + tm * tn * s_out) / bandwidth,
-                             2.0 if split else 1.0))
+                             (tm + tn) * s_in, tm * tn * s_out, 2.0 if split else 1.0))
     return tuple(out)
 
 
@@ -159,14 +163,15 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  latency: float, fill_waves: float, kernel_s: float, overlap_p: float,
                  warm: bool, l2_capacity: float, l2_bandwidth: float,
                  split_k: bool = True) -> _Call:
-    key = (fam, unit, exponent, units, rate, s_in, s_out, bandwidth)
+    key = (fam, unit, exponent, units, rate, s_in, s_out)
     plain = _tiles(*key[:2], False, *key[2:])
     splits = _tiles(*key[:2], True, *key[2:]) if split_k else ()
     shapes = sorted({(t.tm, t.tn) for t in splits}, key=[(t.tm, t.tn) for t in plain].index)
     index = tuple(tuple(j for j, t in enumerate(splits) if (t.tm, t.tn) == tile)
                   for tile in shapes)
-    table = np.asarray([(t.tm, t.tn, t.eff, t.split, t.tile_s, t.fill, t.launches)
-                        for t in plain + splits], dtype=np.float64).reshape(-1, 7)
+    table = np.asarray([(t.tm, t.tn, t.eff, t.split, t.tile_s, t.fill_in, t.fill_out,
+                         t.launches) for t in plain + splits],
+                       dtype=np.float64).reshape(-1, 8)
     table.setflags(write=False)
     return _Call(plain=plain, splits=splits, min_tm=min(t.tm for t in plain),
                  min_tn=min(t.tn for t in plain), slots=units * fam.tiles_per_unit,
@@ -188,8 +193,8 @@ def _columns(rows: tuple[_Tile, ...]) -> _Tile:
         x = np.asarray([getattr(t, name) for t in rows], dtype=np.float64)[:, None]
         x.setflags(write=False)
         return x
-    return _Tile(col("tm"), col("tn"), col("eff"), col("split"), col("tile_s"), col("fill"),
-                 rows[0].launches)
+    return _Tile(col("tm"), col("tn"), col("eff"), col("split"), col("tile_s"),
+                 col("fill_in"), col("fill_out"), rows[0].launches)
 
 
 def _per_byte(call: _Call, footprint: Any, ops: Ops) -> Any:
@@ -208,6 +213,17 @@ def _stream(call: _Call, bytes_: Any, per_byte: Any, frac: Any, ops: Ops) -> Any
     else:
         t = bytes_ * per_byte / frac + call.latency
     return ops.where(bytes_ > 0, t, 0.0 * t)
+
+
+def _per(call: _Call, per_byte: Any) -> Any:
+    """Seconds per byte of the call's stream at full bandwidth (DRAM for a cold call)."""
+    return 1.0 / call.bandwidth if per_byte is None else per_byte
+
+
+def _fill(t: _Tile, k_tile: Any, per: Any, ops: Ops) -> Any:
+    """Fill time of one concurrent tile: its first k-slab, min(64, k per tile) deep, and
+    its store, at ``per`` seconds per byte (module doc)."""
+    return (t.fill_in * ops.minimum(k_tile, _K_SLAB) + t.fill_out) * per
 
 
 def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
@@ -231,12 +247,14 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     tiles = (b * t.split) * tiles_m * tiles_n
     waves = ops.ceil(tiles / call.slots)
     conc = ops.minimum(tiles, call.slots)
-    compute = waves * t.tile_s * ops.ceil(kk / t.split) * _relief(call, t, conc, ops)
+    k_tile = ops.ceil(kk / t.split)
+    compute = waves * t.tile_s * k_tile * _relief(call, t, conc, ops)
     traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
     if split:  # split-K: fp32 partials written and read back by a reduce kernel
         traffic = traffic + (8.0 * t.split) * mn
     memory = _stream(call, traffic, per_byte, _frac(call, conc, ops), ops)
-    overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    fill = _fill(t, k_tile, _per(call, per_byte), ops)
+    overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     total = overlap(compute, memory, call.overlap_p, ops) + overhead
     if split:
         total = ops.where((tiles / t.split >= call.slots) | (kk < 128.0 * t.split), math.inf,
@@ -277,7 +295,8 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
         * _relief(call, t, conc, ops)
     traffic = sh.least + (8.0 * t.split) * sh.mn if t.split > 1 else sh.least
     memory = _stream_lb(call, traffic, sh.per_byte, _frac(call, conc, ops))
-    overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    fill = _fill(t, sh.k_split[t.split], _per(call, sh.per_byte), ops)
+    overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     return (ops.maximum(compute, memory) + overhead) * _SLACK
 
 
@@ -285,12 +304,14 @@ def _split_bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     """A lower bound of every split-K candidate of tile ``t`` at once (s ≥ 2): compute ≥
     the work spread over every slot at the tile's most relieved rate,
     b·⌈m/t_m⌉·⌈n/t_n⌉·t_tile·e·k/slots; memory ≥ A + B + C
-    + 16·b·m·n bytes at full bandwidth; the fixed part grows with s."""
+    + 16·b·m·n bytes at full bandwidth; the fixed part grows with s (the fill counted by
+    its stores alone: a split's k-slab may be shallower)."""
     tiles = sh.b * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
     compute = tiles * t.tile_s * t.eff * sh.kk / call.slots
     memory = _stream_lb(call, sh.least + 16.0 * sh.mn, sh.per_byte, 1.0)
     conc = ops.minimum(2.0 * tiles, call.slots)
-    overhead = (conc * t.fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    fill = t.fill_out * _per(call, sh.per_byte)
+    overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     return (ops.maximum(compute, memory) + overhead) * _SLACK
 
 
@@ -317,13 +338,14 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         tiles = (b * split) * tiles_m[t.tm] * tiles_n[t.tn]
         conc = tiles if tiles < slots else slots
         relief = (conc / slots if conc / slots > t.eff else t.eff) if relieved else 1.0
-        compute = ceil(tiles / slots) * t.tile_s * (kk if split == 1.0 else ceil(kk / split)) \
-            * relief
+        k_tile = kk if split == 1.0 else float(ceil(kk / split))
+        compute = ceil(tiles / slots) * t.tile_s * k_tile * relief
         frac = conc * share
         frac = 1e-3 if frac < 1e-3 else (1.0 if frac > 1.0 else frac)
         memory = (least if split == 1.0 else least + 8.0 * split * mn) * per / frac + lat
+        fill = (t.fill_in * (k_tile if k_tile < _K_SLAB else _K_SLAB) + t.fill_out) * per
         return ((compute if compute > memory else memory)
-                + (conc * t.fill + lat) * fill_waves + t.launches * kernel_s) * _SLACK
+                + (conc * fill + lat) * fill_waves + t.launches * kernel_s) * _SLACK
 
     order = sorted((bound(t), i) for i, t in enumerate(call.plain))
     n_plain = len(call.plain)
@@ -347,7 +369,8 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
                 conc = 2.0 * tiles if 2.0 * tiles < slots else slots
                 memory = (least + 16.0 * mn) * per + lat
                 order.append((((compute if compute > memory else memory)
-                               + (conc * t.fill + lat) * fill_waves + 2.0 * kernel_s)
+                               + (conc * t.fill_out * per + lat) * fill_waves
+                               + 2.0 * kernel_s)
                               * _SLACK, -2 - g))
             order.sort()
             continue
@@ -384,7 +407,8 @@ def _time_flat(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w
     first = np.argmin(bounds, axis=0)
     table = call.table
     pick = table[first]
-    lead: Any = _Tile(pick[:, 0], pick[:, 1], pick[:, 2], 1.0, pick[:, 4], pick[:, 5], 1.0)
+    lead: Any = _Tile(pick[:, 0], pick[:, 1], pick[:, 2], 1.0, pick[:, 4], pick[:, 5],
+                      pick[:, 6], 1.0)
     parts = _parts(ops, call, lead, m, n, kk, b, sh.mn, a, w, c, fits, per_byte)
     best = {name: np.array(np.broadcast_to(parts[name], (size,)), dtype=np.float64)
             for name in _FIELDS}
@@ -427,7 +451,7 @@ def _time_flat(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w
     out = dict(best)
     pick = table[chosen]
     out["tile_m"], out["tile_n"] = pick[:, 0], pick[:, 1]
-    out["split_k"], out["launches"] = pick[:, 3], pick[:, 6]
+    out["split_k"], out["launches"] = pick[:, 3], pick[:, 7]
     return out
 
 
@@ -464,7 +488,7 @@ def _time_all(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w:
         chosen[win] = len(call.plain) + sbest[better]
     table = call.table[chosen]
     out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
-    out["split_k"], out["launches"] = table[:, 3], table[:, 6]
+    out["split_k"], out["launches"] = table[:, 3], table[:, 7]
     return out
 
 
