@@ -718,3 +718,29 @@ def test_cli_refuses_trtllm_on_amd(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
     assert "TensorRT-LLM runs on NVIDIA GPUs only" in err
     assert err.count("\n") == 1
+
+
+def test_an_unmeasured_quantized_scheme_takes_the_engines_other_schemes_costs() -> None:
+    """The bookkeeping around a quantized GEMM is the engine's: a scheme it was never
+    measured with (here nvfp4) inherits the mean of its measured schemes' fixed and
+    per-row costs, not 0; another engine's values do not leak in."""
+    from perfmodel.calibrate.constants import pool_parents
+    from perfmodel.timing.engine_costs import call_fixed_s, call_row_s
+
+    fitted = Constants().with_values({
+        call_name("vllm", "gemm-per-tensor.cutlass") + ".hopper": 2e-6,
+        call_name("vllm", "gemm-block.deepgemm") + ".hopper": 4e-6,
+        row_name("vllm", "gemm-per-tensor.cutlass") + ".hopper": 1e-7,
+        row_name("vllm", "gemm-block.deepgemm") + ".hopper": 3e-7,
+        call_name("sglang", "gemm-per-channel.cutlass") + ".hopper": 9e-6,
+    }, "test")
+    pooled = pool_parents(fitted, "test")
+    assert call_fixed_s("vllm", "gemm-nvfp4", pooled, "blackwell", "cutedsl") == \
+        pytest.approx(3e-6)
+    assert call_row_s("vllm", "gemm-nvfp4", pooled, "blackwell", "cutedsl") == \
+        pytest.approx(2e-7)
+    # measured schemes keep their own values; bf16 calls are not a quantized kind
+    assert call_fixed_s("vllm", "gemm-block", pooled, "hopper", "deepgemm") == \
+        pytest.approx(4e-6)
+    assert call_fixed_s("vllm", "gemm-none", pooled, "hopper", "auto") == 0.0
+    assert call_fixed_s("trtllm", "gemm-nvfp4", pooled, "blackwell", "cutlass") == 0.0

@@ -14,7 +14,11 @@ they are used; the host time is the host's.
   (``gemm-<scheme>``, ``attention-prefill``, ``attention-decode``, and the ``-fp8`` variants
   of the attention kinds), s (prior 0), refined per
   kernel family (``call.<engine>.<kind>.<impl>_s``) and per architecture
-  (``….<impl>_s.<arch>``);
+  (``….<impl>_s.<arch>``); the quantized GEMM kinds of an engine refine one class-level
+  value, ``call.<engine>.gemm-quantized_s`` (the mean of its measured schemes), which a
+  scheme nobody measured with that engine inherits: the bookkeeping around a quantized
+  GEMM (scale buffers, amax and quantize launches, memsets) is the engine's, whatever
+  the number format;
 - ``row.<engine>.<kind>_s``: SM time per row (token) of the engine's own per-row kernels
   (activation quantization, KV-cache write), refined likewise: rows·this/SMs, s (prior 0);
 - ``host.<engine>.eager_s``: host time of one eager call through the engine's Python
@@ -23,11 +27,13 @@ they are used; the host time is the host's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from perfmodel.ops.gemm import QUANT_SCHEMES
 from perfmodel.timing.constants import ARCH_FAMILIES, Constants, Param, arch_name, register
 
-__all__ = ["CALL_KINDS", "ENGINE_NAMES", "call_fixed_s", "call_name", "call_row_s",
-           "eager_host_s", "row_name"]
+__all__ = ["CALL_KINDS", "ENGINE_NAMES", "QUANTIZED_KIND", "call_fixed_s", "call_name",
+           "call_row_s", "eager_host_s", "row_name"]
 
 #: Engines with call constants.
 ENGINE_NAMES: tuple[str, ...] = ("trtllm", "vllm", "sglang")
@@ -50,10 +56,29 @@ def row_name(engine: str, kind: str) -> str:
     return f"row.{engine}.{kind}_s"
 
 
+#: Class-level kind that each quantized GEMM kind (``gemm-<scheme>``, scheme ≠ none) of
+#: an engine refines: what a scheme the engine was never measured with inherits.
+QUANTIZED_KIND = "gemm-quantized"
+
+
+def _kind_parent(e: str, kind: str, name: Callable[[str, str], str]) -> str | None:
+    """The class-level constant a quantized GEMM kind's constant refines (else None)."""
+    quantized = kind.startswith("gemm-") and kind != "gemm-none"
+    return name(e, QUANTIZED_KIND) if quantized else None
+
+
+register(*(
+    Param(call_name(e, QUANTIZED_KIND), 0.0, 0.0, 40e-6, "s at 1.5 GHz",
+          f"{e}: bookkeeping time of its quantized GEMM calls, any scheme (the mean of "
+          "its measured schemes). Prior: 0.", "linear")
+    for e in ENGINE_NAMES
+))
 register(*(
     Param(call_name(e, kind), 0.0, 0.0, 40e-6, "s at 1.5 GHz",
           f"{e}: time of the small kernels its {kind} call runs around the main kernels "
-          "(metadata, scales, memsets). Prior: 0 (main kernels only).", "linear")
+          "(metadata, scales, memsets). Prior: 0 (main kernels only); a quantized GEMM "
+          "scheme: as the engine's other quantized schemes.", "linear",
+          parent=_kind_parent(e, kind, call_name))
     for e in ENGINE_NAMES for kind in CALL_KINDS
 ))
 #: Kernel families an engine call may run (GEMM and attention ``impl`` values).
@@ -81,9 +106,17 @@ register(*(
 
 
 register(*(
+    Param(row_name(e, QUANTIZED_KIND), 0.0, 0.0, 1e-5, "s at 1.5 GHz",
+          f"{e}: SM time per row of its quantized GEMM calls' own per-row kernels, any "
+          "scheme (the mean of its measured schemes). Prior: 0.", "linear")
+    for e in ENGINE_NAMES
+))
+register(*(
     Param(row_name(e, kind), 0.0, 0.0, 1e-5, "s at 1.5 GHz",
           f"{e}: SM time its {kind} call spends per row (token) in its own per-row kernels "
-          "(activation quantization, KV-cache write): rows·this/SMs. Prior: 0.", "linear")
+          "(activation quantization, KV-cache write): rows·this/SMs. Prior: 0; a quantized "
+          "GEMM scheme: as the engine's other quantized schemes.", "linear",
+          parent=_kind_parent(e, kind, row_name))
     for e in ENGINE_NAMES for kind in CALL_KINDS
 ))
 register(*(
