@@ -220,12 +220,6 @@ def _per(call: _Call, per_byte: Any) -> Any:
     return 1.0 / call.bandwidth if per_byte is None else per_byte
 
 
-def _fill(t: _Tile, k_tile: Any, per: Any, ops: Ops) -> Any:
-    """Fill time of one concurrent tile: its first k-slab, min(64, k per tile) deep, and
-    its store, at ``per`` seconds per byte (module doc)."""
-    return (t.fill_in * ops.minimum(k_tile, _K_SLAB) + t.fill_out) * per
-
-
 def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
     return ops.clip(conc * call.cta_share, 1e-3, 1.0)
 
@@ -247,13 +241,21 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     tiles = (b * t.split) * tiles_m * tiles_n
     waves = ops.ceil(tiles / call.slots)
     conc = ops.minimum(tiles, call.slots)
-    k_tile = ops.ceil(kk / t.split)
+    if isinstance(split, bool) and not split:  # k per tile is k (whole shapes, not tiles)
+        k_tile, slab = kk, ops.minimum(kk, _K_SLAB)
+    else:
+        k_tile = ops.ceil(kk / t.split)
+        slab = ops.minimum(k_tile, _K_SLAB)
     compute = waves * t.tile_s * k_tile * _relief(call, t, conc, ops)
     traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
     if split:  # split-K: fp32 partials written and read back by a reduce kernel
         traffic = traffic + (8.0 * t.split) * mn
     memory = _stream(call, traffic, per_byte, _frac(call, conc, ops), ops)
-    fill = _fill(t, k_tile, _per(call, per_byte), ops)
+    if per_byte is None:  # a cold call's seconds per byte: one number, folded first
+        per = 1.0 / call.bandwidth
+        fill = (t.fill_in * per) * slab + t.fill_out * per
+    else:
+        fill = (t.fill_in * slab + t.fill_out) * per_byte
     overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     total = overlap(compute, memory, call.overlap_p, ops) + overhead
     if split:
@@ -283,6 +285,7 @@ class _Shape:
         self.tiles_m = {tm: ops.ceil(m / tm) for tm in call.tile_ms}
         self.tiles_n = {tn: ops.ceil(n / tn) for tn in call.tile_ns}
         self.k_split = {s: ops.ceil(kk / s) for s in call.split_values}
+        self.slab = {s: ops.minimum(k, _K_SLAB) for s, k in self.k_split.items()}
 
 
 def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
@@ -295,7 +298,7 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
         * _relief(call, t, conc, ops)
     traffic = sh.least + (8.0 * t.split) * sh.mn if t.split > 1 else sh.least
     memory = _stream_lb(call, traffic, sh.per_byte, _frac(call, conc, ops))
-    fill = _fill(t, sh.k_split[t.split], _per(call, sh.per_byte), ops)
+    fill = (t.fill_in * sh.slab[t.split] + t.fill_out) * _per(call, sh.per_byte)
     overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     return (ops.maximum(compute, memory) + overhead) * _SLACK
 
