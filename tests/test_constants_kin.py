@@ -89,3 +89,23 @@ def test_public_fit_returns_the_kin_lookup_on() -> None:
     # FlashInfer had no rows: it predicts with FA2's fitted value, case for case
     assert fitted[EFF.format("flashinfer") + ".ampere.vllm"] == pytest.approx(fitted[name])
     assert "kin kernel family" in fitted.provenance(EFF.format("flashinfer") + ".ampere.vllm")
+
+
+def test_kin_does_not_stand_in_where_the_designs_differ() -> None:
+    """FlashInfer takes FA2's rates and tile times, not its per-CTA bandwidth (FlashInfer's
+    paged-KV pipeline is its own) nor its decode tile time (its decode kernels are its
+    own): those follow FlashInfer's own parents, the resident class's bandwidth and
+    FlashInfer's prefill tile time (FA2's pooled one, by kin)."""
+    c = Constants({"attn.flash2.cta_bandwidth.ampere": 0.7, "attn.resident.cta_bandwidth": 1.6,
+                   "attn.flash2.tile_s.ampere": 3e-6, "attn.flash2.tile_s": 4e-6,
+                   "attn.flash2.decode_tile_s.ampere": 9e-6,
+                   EFF.format("flash2") + ".ampere": 0.8})
+    assert c[EFF.format("flashinfer") + ".ampere"] == 0.8
+    assert c["attn.flashinfer.tile_s.ampere"] == 3e-6
+    assert c["attn.flashinfer.cta_bandwidth.ampere"] == 1.6
+    assert c["attn.flashinfer.decode_tile_s.ampere"] == 4e-6
+    assert c["attn.flashinfer.decode_tile_s.ampere.vllm"] == 4e-6
+    assert "kin" not in c.provenance("attn.flashinfer.cta_bandwidth.ampere")
+    # the paged entry point is FA2's own kernel: it takes all of FA2's
+    assert c["attn.paged.cta_bandwidth.ampere"] == 0.7
+    assert c["attn.paged.decode_tile_s.ampere"] == 9e-6

@@ -24,8 +24,9 @@ from typing import Literal
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["ARCH_FAMILIES", "KIN", "PARAMS", "REFERENCE_CLOCK_HZ", "Constants", "Param",
-           "arch_name", "bundled_constants", "fitted_path", "register", "register_kin"]
+__all__ = ["ARCH_FAMILIES", "KIN", "KIN_EXCLUDED", "PARAMS", "REFERENCE_CLOCK_HZ", "Constants",
+           "Param", "arch_name", "bundled_constants", "fitted_path", "register",
+           "register_kin"]
 
 
 @dataclass(frozen=True)
@@ -97,14 +98,20 @@ def arch_name(name: str, arch: str) -> str:
 #: relative's that has fitted values, before its class's mean. Filled by
 #: :func:`register_kin` where the groups are declared (timing.kernels).
 KIN: dict[str, tuple[str, ...]] = {}
+#: Constants of a group that its kin do not stand in for (the first name component after
+#: the prefix, e.g. ``cta_bandwidth``): what the two designs do not share. Those follow
+#: the group's own chain of parents instead.
+KIN_EXCLUDED: dict[str, frozenset[str]] = {}
 
 
-def register_kin(prefix: str, *kin: str) -> None:
+def register_kin(prefix: str, *kin: str, exclude: tuple[str, ...] = ()) -> None:
     """Declare the relatives ``kin`` (name prefixes, nearest first) of the constants whose
-    names start with ``prefix``."""
-    if prefix in KIN and KIN[prefix] != kin:
+    names start with ``prefix``, except those named in ``exclude``."""
+    if (prefix in KIN and KIN[prefix] != kin) or \
+            (prefix in KIN_EXCLUDED and KIN_EXCLUDED[prefix] != frozenset(exclude)):
         raise ValueError(f"kin of {prefix!r} declared twice with different values")
     KIN[prefix] = kin
+    KIN_EXCLUDED[prefix] = frozenset(exclude)
 
 
 register(
@@ -189,6 +196,8 @@ class Constants:
             return None
         for prefix, kin in KIN.items():
             if name.startswith(prefix) and not self._has_fitted(prefix):
+                if name[len(prefix):].split(".", 1)[0] in KIN_EXCLUDED.get(prefix, ()):
+                    return None
                 for other in kin:
                     cand = other + name[len(prefix):]
                     if cand in PARAMS and self._has_fitted(other):

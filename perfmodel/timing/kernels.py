@@ -147,6 +147,10 @@ class AttentionFamily:
         Families of the nearest design, nearest first: while this family has no fitted
         constants (a kernel nobody measured), each of its constants is its first measured
         kin's (:data:`perfmodel.timing.constants.KIN`) rather than its class's mean.
+    kin_excludes:
+        Constants (``cta_bandwidth``, ``decode_tile_s``...) the kin do not stand in for,
+        where the two designs differ: these follow the family's own parents (its class's
+        value; a decode tile time its own prefill tile time).
     built_as:
         (architecture, family) pairs: on that architecture the kernels this name stands for
         are a different design, modelled as that family (TensorRT-LLM's ``fmha-v2`` on
@@ -179,6 +183,7 @@ class AttentionFamily:
     sync_mma: bool = False
     cuda_core_decode: bool = False
     kin: tuple[str, ...] = ()
+    kin_excludes: tuple[str, ...] = ()
     built_as: tuple[tuple[str, str], ...] = ()
     min_rows: float = 16.0
     split_slots: float = 1.0
@@ -291,8 +296,15 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "fp32 units, shared memory 2 stages × K and V × t·G·b_z keys × D: "
                     "flashinfer decode.py / decode.cuh); its prefill templates are "
                     "FlashAttention-2's algorithm and tiling on the synchronous MMA, so a "
-                    "FlashInfer nobody measured takes FlashAttention-2's constants",
-                    cuda_core_decode=True, kin=("flash2",)),
+                    "FlashInfer nobody measured takes FlashAttention-2's rates and tile "
+                    "times, but not its per-CTA bandwidth nor its decode tile time: "
+                    "FlashInfer loads a paged KV cache through its own page-table "
+                    "iterator and pipeline (prefill.cuh, page.cuh) and decodes in kernels "
+                    "of its own, which FA2's do not describe (held out, L40S's FlashInfer "
+                    "rows predicted with FA2's Ampere per-CTA bandwidth were 1.3x slow on "
+                    "caches of 0.1-10 GB)",
+                    cuda_core_decode=True, kin=("flash2",),
+                    kin_excludes=("cta_bandwidth", "decode_tile_s")),
     AttentionFamily("flashinfer-sm100", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
                     "short", "auto",
                     "FlashInfer's Blackwell (SM100) attention backends, which SGLang's "
@@ -395,7 +407,8 @@ for _c in ATTENTION_CLASSES:
                        "linear" if _what in _LINEAR else "log", parent=_parent, pooled=False))
 for _f in ATTENTION_FAMILIES.values():
     if _f.kin:
-        register_kin(attn_name(_f.name, ""), *(attn_name(k, "") for k in _f.kin))
+        register_kin(attn_name(_f.name, ""), *(attn_name(k, "") for k in _f.kin),
+                     exclude=_f.kin_excludes)
     for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
         # a family's fp8 rate and decode tile time default to its own bf16 rate and tile
         # time; its other constants to its class's
