@@ -130,6 +130,8 @@ def _nvidia(engine: str, arch: str) -> bool:
                              f"GPU's architecture is {arch}",
                              "use --engine vllm or sglang (their ROCm builds), or none")
     return False
+
+
 #: flash_attn_varlen_func (the entry point vLLM's and SGLang's FA2 backends call) splits the
 #: keys of a decode step only when it swaps the G query heads of a KV group into the rows
 #: (GQA); with one query head per KV head it runs one CTA per (sequence, head).

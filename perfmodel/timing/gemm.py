@@ -241,7 +241,7 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     tiles = (b * t.split) * tiles_m * tiles_n
     waves = ops.ceil(tiles / call.slots)
     conc = ops.minimum(tiles, call.slots)
-    if isinstance(split, bool) and not split:  # k per tile is k (whole shapes, not tiles)
+    if isinstance(split, bool) and not split:  # no split-K: each tile reduces all of k
         k_tile, slab = kk, ops.minimum(kk, _K_SLAB)
     else:
         k_tile = ops.ceil(kk / t.split)

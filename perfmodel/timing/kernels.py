@@ -301,8 +301,8 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "FlashInfer loads a paged KV cache through its own page-table "
                     "iterator and pipeline (prefill.cuh, page.cuh) and decodes in kernels "
                     "of its own, which FA2's do not describe (held out, L40S's FlashInfer "
-                    "rows predicted with FA2's Ampere per-CTA bandwidth were 1.3x slow on "
-                    "caches of 0.1-10 GB)",
+                    "rows predicted with FA2's Ampere per-CTA bandwidth were 1.2-1.45x slow on "
+                    "caches above 0.1 GB)",
                     cuda_core_decode=True, kin=("flash2",),
                     kin_excludes=("cta_bandwidth", "decode_tile_s")),
     AttentionFamily("flashinfer-sm100", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
@@ -406,6 +406,9 @@ for _c in ATTENTION_CLASSES:
                        f"{_c} kernel families: {_doc}",
                        "linear" if _what in _LINEAR else "log", parent=_parent, pooled=False))
 for _f in ATTENTION_FAMILIES.values():
+    if set(_f.kin_excludes) - set(_ATTN_CONSTANTS):
+        raise ValueError(f"{_f.name}: kin_excludes names no attention constant: "
+                         f"{sorted(set(_f.kin_excludes) - set(_ATTN_CONSTANTS))}")
     if _f.kin:
         register_kin(attn_name(_f.name, ""), *(attn_name(k, "") for k in _f.kin),
                      exclude=_f.kin_excludes)
