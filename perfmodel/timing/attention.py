@@ -250,11 +250,9 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     if op.num_splits not in ("auto", "gqa"):
         splits = 0.0 * base + float(op.num_splits)
     elif fam.split_kv == "auto" and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):
-        block = 256.0
-        for max_d, keys in reversed(fam.split_block):  # first rule whose head dim fits wins
-            block = ops.where(d <= max_d, keys, block)
         splits = ops.minimum(auto_splits(base, seq_kv, int(k.units * fam.split_slots),
-                                         max(64, int(fam.max_splits)), block),
+                                         max(64, int(fam.max_splits)),
+                                         fam.split_keys(d, ops)),
                              fam.max_splits)
         if op.num_splits == "gqa":
             splits = ops.where(packed, ops.where(group > 1, splits, 1.0), 1.0)

@@ -202,6 +202,14 @@ class AttentionFamily:
                 return q, kv
         return None
 
+    def split_keys(self, head_dim: Any, ops: Ops = VECTOR) -> Any:
+        """Keys per KV block the split-KV heuristic counts for ``head_dim`` (a float or an
+        array): the first :attr:`split_block` rule whose head dim fits, else 256."""
+        block: Any = 256.0
+        for max_d, keys in reversed(self.split_block):  # the first rule wins: applied last
+            block = ops.where(head_dim <= max_d, keys, block)
+        return block
+
 
 _FA2 = "FlashAttention-2 paper (Dao 2023) and flash-attn source: 128×128 tiles for d ≤ 64, " \
        "128×64 above, one CTA per (batch, head, query tile); the KV-cache path packs GQA " \
@@ -218,7 +226,11 @@ _FA2_ROWS = "; at least 64 query rows per CTA (flash_fwd_launch_template.h: the 
             "kernel's kBlockM = 64 for every head dim, the forward kernels' 64 or 128); " \
             "splits by flash_api.cpp's num_splits_heuristic over 2 x SMs slots, KV blocks of " \
             "256 / 128 / 64 keys for head dims to 64 / 128 / above, at most 128 splits"
-_FA2_BLOCK_N: tuple[tuple[float, float], ...] = ((64.0, 256.0), (128.0, 128.0), (1e9, 64.0))
+#: The traits FlashAttention-2's two entry points share (its split-KV kernel and heuristic).
+_FA2_SPLIT: dict[str, Any] = {
+    "min_rows": 64.0, "split_slots": 2.0, "max_splits": 128.0,
+    "split_block": ((64.0, 256.0), (128.0, 128.0), (1e9, 64.0)),
+}
 _SYNC = "; synchronous MMA (mma.sync): on Hopper and Blackwell at the architecture's " \
         "sync_mma_fraction of the dense rate"
 _ANY: tuple[str, ...] = ()
@@ -228,12 +240,10 @@ _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulat
 
 ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f for f in (
     AttentionFamily("flash2", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
-                    "auto", _FA2 + _FA2_ROWS + _SYNC, sync_mma=True, min_rows=64.0,
-                    split_slots=2.0, split_block=_FA2_BLOCK_N, max_splits=128.0),
+                    "auto", _FA2 + _FA2_ROWS + _SYNC, sync_mma=True, **_FA2_SPLIT),
     AttentionFamily("paged", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)), "decode",
                     "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)"
-                    + _FA2_ROWS + _SYNC, sync_mma=True, kin=("flash2",), min_rows=64.0,
-                    split_slots=2.0, split_block=_FA2_BLOCK_N, max_splits=128.0),
+                    + _FA2_ROWS + _SYNC, sync_mma=True, kin=("flash2",), **_FA2_SPLIT),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
                                      (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
@@ -406,9 +416,9 @@ for _c in ATTENTION_CLASSES:
                        f"{_c} kernel families: {_doc}",
                        "linear" if _what in _LINEAR else "log", parent=_parent, pooled=False))
 for _f in ATTENTION_FAMILIES.values():
-    if set(_f.kin_excludes) - set(_ATTN_CONSTANTS):
-        raise ValueError(f"{_f.name}: kin_excludes names no attention constant: "
-                         f"{sorted(set(_f.kin_excludes) - set(_ATTN_CONSTANTS))}")
+    _unknown = sorted(set(_f.kin_excludes) - set(_ATTN_CONSTANTS))
+    if _unknown:
+        raise ValueError(f"{_f.name}: kin_excludes names no attention constant: {_unknown}")
     if _f.kin:
         register_kin(attn_name(_f.name, ""), *(attn_name(k, "") for k in _f.kin),
                      exclude=_f.kin_excludes)
