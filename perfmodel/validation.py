@@ -577,11 +577,39 @@ def _take(obj: _T, mask: npt.NDArray[np.bool_]) -> _T:
     return dataclasses.replace(obj, **changes) if changes else obj  # type: ignore[type-var]
 
 
+#: Slack on the datasheet bandwidth before a row is called impossible (timer rounding).
+_BANDWIDTH_SLACK = 1.02
+
+
+def _within_bandwidth(rows: Sequence[Measurement], bytes_min: Any,
+                      spec: HardwareSpec) -> dict[int, str]:
+    """Rows a device could not have run in their measured time, by memory, with the
+    reason (by position in ``rows``): the bytes an op must move at least once (its
+    ``bytes_min``: operands and results once) beyond what the L2 could hold from an
+    earlier call, B = max(bytes_min − L2, 0), cannot stream from DRAM in less than
+    B / bandwidth (the datasheet figure). A row measured faster than that (by more than
+    ``_BANDWIDTH_SLACK``) is mislabelled (sizes or dtypes): the memory twin of a SUSPECT
+    row's FLOP/s above the dense peak."""
+    measured = np.asarray([r.measured_s for r in rows], dtype=np.float64)
+    l2 = spec.memory.l2 or 0.0
+    bw = spec.memory.bandwidth
+    beyond = np.maximum(np.broadcast_to(np.asarray(bytes_min, dtype=np.float64),
+                                        measured.shape) - l2, 0.0)
+    implied = beyond / measured
+    return {int(i): f"{beyond[i] / 1e9:.3g} GB beyond the {l2 / 2**20:.0f} MiB L2 in "
+                    f"{measured[i] * 1e6:.4g} µs is {implied[i] / 1e12:.2f} TB/s, above the "
+                    f"datasheet's {bw / 1e12:.2f} TB/s: sizes or dtypes mislabelled (pass "
+                    "include_suspect=True to keep it)"
+            for i in np.flatnonzero(implied > bw * _BANDWIDTH_SLACK)}
+
+
 def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
             hw: HardwareSpec | str | None = None, *,
             include_suspect: bool = False) -> Prepared:
     """Turn measured rows into ops, grouped for vectorised prediction (:class:`Prepared`).
-    Rows that cannot be predicted are returned in ``skipped`` with the reason."""
+    Rows that cannot be predicted are returned in ``skipped`` with the reason; so are,
+    unless ``include_suspect``, rows whose notes say SUSPECT and rows measured faster than
+    the datasheet bandwidth allows (:func:`_within_bandwidth`)."""
     if isinstance(records, (str, Path)):
         records = read_measurements(records)
     if isinstance(records, MeasurementSet):
@@ -612,12 +640,25 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
             dtype, _rule = dtype_rule(group[0].dtype, group[0].notes, spec)
             op, rule = _build(group, key[1:], dtype, spec)
             ctx = run_context(group[0].timing, group[0].engine, op, spec)
-            batch = Batch(spec, op, ctx, np.arange(len(kept), len(kept) + len(group)), rule,
-                          group[0].timing)
-            batch.predict()  # an op this device cannot run is skipped here, with the reason
+            # an op this device cannot run is skipped here, with the reason
+            first = predict(op, spec, context=ctx)
         except PerfmodelError as exc:
             skipped.extend((r.row, f"{spec_id}: {exc}") for r in group)
             continue
+        if not include_suspect and "median_over_kernel_events" not in _METHOD_TRAITS.get(
+                group[0].timing, ()):
+            too_fast = _within_bandwidth(group, first.bytes_min, spec)
+            if too_fast:
+                skipped.extend((group[i].row, f"{spec_id}: {why}")
+                               for i, why in too_fast.items())
+                if len(too_fast) == len(group):
+                    continue
+                keep = np.ones(len(group), dtype=bool)
+                keep[list(too_fast)] = False
+                op, ctx = _take(op, keep), _take(ctx, keep)
+                group = [r for r, k in zip(group, keep, strict=True) if k]
+        batch = Batch(spec, op, ctx, np.arange(len(kept), len(kept) + len(group)), rule,
+                      group[0].timing)
         kept.extend(group)
         kept_specs.extend([spec_id] * len(group))
         batches.append(batch)
@@ -648,7 +689,8 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement] | Prep
     ``timing`` code sets the run context (:func:`run_context`: floor, launch mode, L2
     state); the kernel comes from its engine and ``kernel`` label, or its ``impl`` text
     (:func:`kernel_path`). Rows whose notes say SUSPECT (a source's value implies more than
-    the dense peak) are skipped with that reason unless ``include_suspect``.
+    the dense peak) and rows whose compulsory bytes beyond the L2 imply more than the
+    datasheet bandwidth are skipped with the reason unless ``include_suspect``.
     ``constants`` replaces the bundled model constants.
     """
     prep = records if isinstance(records, Prepared) else prepare(

@@ -143,7 +143,8 @@ def test_calibration_rows_map_to_ops_as_validate_maps_them(tmp_path: Path) -> No
     _engine_csv(tmp_path / "e.csv")
     rows, _ = read_rows(tmp_path / "e.csv")
     ours = dataset_from_rows(rows).predict(pm.load_hardware(SPEC))
-    report = validate(tmp_path / "e.csv")
+    # the placeholder times (10 µs each) are too fast for the largest shapes: keep them
+    report = validate(tmp_path / "e.csv", include_suspect=True)
     by_line = dict(zip((r.row for r in report.rows), report.predicted_s, strict=True))
     assert np.array_equal(ours, np.asarray([by_line[r.line] for r in rows]))
     assert {r.group_key[-2:] for r in rows} == {("per-tensor", "torch_flow")}
