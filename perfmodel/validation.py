@@ -40,6 +40,7 @@ from perfmodel.ops.registry import ROW_OPS, STREAM_ROW_OPS, RowOp
 from perfmodel.timing import predict
 from perfmodel.timing.constants import Constants, bundled_constants
 from perfmodel.timing.context import L2State, Launch, RunContext
+from perfmodel.timing.prediction import Prediction
 
 __all__ = [
     "GROUP_FIELDS",
@@ -577,30 +578,41 @@ def _take(obj: _T, mask: npt.NDArray[np.bool_]) -> _T:
     return dataclasses.replace(obj, **changes) if changes else obj  # type: ignore[type-var]
 
 
-#: Slack on the datasheet bandwidth before a row is called impossible (timer rounding).
-_BANDWIDTH_SLACK = 1.02
+#: Slack on the datasheet figures before a row is called impossible (timer rounding).
+_PEAK_SLACK = 1.02
 
 
-def _within_bandwidth(rows: Sequence[Measurement], bytes_min: Any,
-                      spec: HardwareSpec) -> dict[int, str]:
-    """Rows a device could not have run in their measured time, by memory, with the
-    reason (by position in ``rows``): the bytes an op must move at least once (its
-    ``bytes_min``: operands and results once) beyond what the L2 could hold from an
-    earlier call, B = max(bytes_min − L2, 0), cannot stream from DRAM in less than
-    B / bandwidth (the datasheet figure). A row measured faster than that (by more than
-    ``_BANDWIDTH_SLACK``) is mislabelled (sizes or dtypes): the memory twin of a SUSPECT
-    row's FLOP/s above the dense peak."""
+def _impossible(rows: Sequence[Measurement], p: Prediction,
+                spec: HardwareSpec) -> dict[int, str]:
+    """Rows a device could not have run in their measured time, with the reason (by
+    position in ``rows``), by the datasheet figures with ``_PEAK_SLACK``:
+
+    - memory: the bytes the op must move at least once (its ``bytes_min``: operands and
+      results once) beyond what the L2 could hold from an earlier call,
+      max(bytes_min − L2, 0), cannot stream from DRAM faster than the spec's bandwidth;
+    - compute: its FLOPs (exact, no tile padding) cannot run faster than the dense peak of
+      its dtype, what a source's ``SUSPECT`` note says of a row (for files without notes).
+
+    Such a row's sizes or dtypes are mislabelled."""
     measured = np.asarray([r.measured_s for r in rows], dtype=np.float64)
+
+    def per_row(x: Any) -> npt.NDArray[np.float64]:
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), measured.shape)
+
     l2 = spec.memory.l2 or 0.0
     bw = spec.memory.bandwidth
-    beyond = np.maximum(np.broadcast_to(np.asarray(bytes_min, dtype=np.float64),
-                                        measured.shape) - l2, 0.0)
-    implied = beyond / measured
-    return {int(i): f"{beyond[i] / 1e9:.3g} GB beyond the {l2 / 2**20:.0f} MiB L2 in "
-                    f"{measured[i] * 1e6:.4g} µs is {implied[i] / 1e12:.2f} TB/s, above the "
-                    f"datasheet's {bw / 1e12:.2f} TB/s: sizes or dtypes mislabelled (pass "
-                    "include_suspect=True to keep it)"
-            for i in np.flatnonzero(implied > bw * _BANDWIDTH_SLACK)}
+    beyond = np.maximum(per_row(p.bytes_min) - l2, 0.0)
+    rate = per_row(p.flops) / measured
+    peak = per_row(p.peak)
+    out = {int(i): f"{beyond[i] / 1e9:.3g} GB beyond the {l2 / 2**20:.0f} MiB L2 in "
+                   f"{measured[i] * 1e6:.4g} µs is {beyond[i] / measured[i] / 1e12:.2f} TB/s, "
+                   f"above the datasheet's {bw / 1e12:.2f} TB/s"
+           for i in np.flatnonzero(beyond / measured > bw * _PEAK_SLACK)}
+    for i in np.flatnonzero(rate > peak * _PEAK_SLACK):
+        out.setdefault(int(i), f"{rate[i] / 1e12:.4g} TFLOP/s, above the dense peak of "
+                               f"{peak[i] / 1e12:.4g} TFLOP/s")
+    return {i: why + ": sizes or dtypes mislabelled (pass include_suspect=True to keep it)"
+            for i, why in out.items()}
 
 
 def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
@@ -609,7 +621,7 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
     """Turn measured rows into ops, grouped for vectorised prediction (:class:`Prepared`).
     Rows that cannot be predicted are returned in ``skipped`` with the reason; so are,
     unless ``include_suspect``, rows whose notes say SUSPECT and rows measured faster than
-    the datasheet bandwidth allows (:func:`_within_bandwidth`)."""
+    the datasheet bandwidth or dense peak allows (:func:`_impossible`)."""
     if isinstance(records, (str, Path)):
         records = read_measurements(records)
     if isinstance(records, MeasurementSet):
@@ -647,7 +659,7 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
             continue
         if not include_suspect and "median_over_kernel_events" not in _METHOD_TRAITS.get(
                 group[0].timing, ()):
-            too_fast = _within_bandwidth(group, first.bytes_min, spec)
+            too_fast = _impossible(group, first, spec)
             if too_fast:
                 skipped.extend((group[i].row, f"{spec_id}: {why}")
                                for i, why in too_fast.items())
@@ -690,7 +702,8 @@ def validate(records: MeasurementSet | str | Path | Iterable[Measurement] | Prep
     state); the kernel comes from its engine and ``kernel`` label, or its ``impl`` text
     (:func:`kernel_path`). Rows whose notes say SUSPECT (a source's value implies more than
     the dense peak) and rows whose compulsory bytes beyond the L2 imply more than the
-    datasheet bandwidth are skipped with the reason unless ``include_suspect``.
+    datasheet bandwidth, or whose FLOPs more than the dense peak, are skipped with the
+    reason unless ``include_suspect``.
     ``constants`` replaces the bundled model constants.
     """
     prep = records if isinstance(records, Prepared) else prepare(

@@ -1,5 +1,6 @@
 """validate() skips rows no device could have run so fast: their compulsory bytes beyond
-the L2 would have to stream from DRAM above the datasheet bandwidth."""
+the L2 would have to stream from DRAM above the datasheet bandwidth, or their FLOPs run
+above the dtype's dense peak."""
 
 from __future__ import annotations
 
@@ -61,3 +62,17 @@ def test_a_shape_that_fits_the_l2_is_never_called_too_fast(tmp_path: Path) -> No
     path.write_text(HEADER + "h100-sxm,gemm,bf16,1,4096,4096,1.0,x,\n")
     report = validate(read_measurements(path))
     assert report.skipped == ()
+
+
+def test_rows_faster_than_the_dense_peak_are_skipped_too(tmp_path: Path) -> None:
+    # 8192³ bf16: 2·8192³ = 1.0995e12 FLOP, at H100 SXM's dense 989.4 TFLOP/s at least
+    # 1.111 ms; its 402.7 MB of operands take only 104.5 µs beyond the L2: compute binds
+    flops = 2.0 * 8192**3
+    assert flops / 989.4e12 * 1e6 == pytest.approx(1111.3, abs=0.1)
+    path = tmp_path / "m.csv"
+    path.write_text(HEADER + "h100-sxm,gemm,bf16,8192,8192,8192,1000,x,\n"
+                    + "h100-sxm,gemm,bf16,8192,8192,8192,1200,x,\n")
+    report = validate(read_measurements(path))
+    assert [r.measured_s * 1e6 for r in report.rows] == [1200.0]
+    (_, why), = report.skipped
+    assert "1100 TFLOP/s, above the dense peak of 989.4 TFLOP/s" in why

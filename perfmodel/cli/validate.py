@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="device for every row (replaces the spec column)")
     p.add_argument("--include-suspect", action="store_true",
                    help="keep rows whose notes say SUSPECT and rows measured faster than the "
-                        "datasheet bandwidth allows (both skipped by default)")
+                        "datasheet bandwidth or dense peak allows (skipped by default)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     out.add_argument("--markdown", action="store_true", help="print the table as Markdown")
