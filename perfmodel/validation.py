@@ -56,6 +56,7 @@ __all__ = [
     "group_key",
     "group_label",
     "group_results",
+    "implausible",
     "in_sample",
     "kernel_path",
     "prepare",
@@ -613,6 +614,23 @@ def _impossible(rows: Sequence[Measurement], p: Prediction,
                                f"{peak[i] / 1e12:.4g} TFLOP/s")
     return {i: why + ": sizes or dtypes mislabelled (pass include_suspect=True to keep it)"
             for i, why in out.items()}
+
+
+def implausible(records: Sequence[Measurement]) -> dict[int, str]:
+    """Positions in ``records`` of the rows no device could have run in their measured time
+    (:func:`_impossible`: above the datasheet bandwidth or the dense peak), with the reason;
+    what :func:`prepare` skips unless ``include_suspect``, for callers that keep their own
+    rows (the calibration evaluations). Rows that cannot be predicted are not listed."""
+    prep = prepare([dataclasses.replace(r, row=i) for i, r in enumerate(records)],
+                   include_suspect=True)
+    out: dict[int, str] = {}
+    for b in prep.batches:
+        if "median_over_kernel_events" in _METHOD_TRAITS.get(b.timing, ()):
+            continue
+        rows = [prep.rows[i] for i in b.index]
+        first = predict(b.op, b.spec, context=b.context)
+        out.update({rows[j].row: why for j, why in _impossible(rows, first, b.spec).items()})
+    return out
 
 
 def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],

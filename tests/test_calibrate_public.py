@@ -235,3 +235,27 @@ def test_public_budget_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code = main(["calibrate", "public", str(tmp_path), "--pick", "best"])
     assert code == 2
     assert "--pick" in capsys.readouterr().err
+
+
+def test_public_evaluation_leaves_out_rows_faster_than_the_datasheet(tmp_path: Path) -> None:
+    """Rows no device could have run so fast (validate skips them) are not fitted either:
+    the engine group's 10 µs placeholder is too fast for its largest shapes: more fp8 bytes
+    beyond the 50 MiB L2 than 3.35 TB/s moves, or more FLOPs than 1978.9 TFLOP/s runs."""
+    from perfmodel.calibrate.data import read_rows
+    from perfmodel.calibrate.public import evaluate_public
+    from perfmodel.validation import implausible
+
+    _engine_csv(tmp_path / "e.csv")
+    rows, _ = read_rows(tmp_path / "e.csv")
+    too_fast = implausible([r.measurement() for r in rows])
+    assert 0 < len(too_fast) < len(rows)
+    for i, r in enumerate(rows):  # by hand: fp8 operands, bf16 output, 2mnk FLOPs
+        m, n, k = r.sizes[:3]
+        over = (m * k + k * n + 2 * m * n - 50 * 2**20 > 3.35e12 * 1.02 * 1e-5
+                or 2 * m * n * k > 1978.9e12 * 1.02 * 1e-5)
+        assert (i in too_fast) == over
+    evals, skipped = evaluate_public([tmp_path / "e.csv"], min_rows=10, max_fit_rows=20,
+                                     extrapolation=False, residual=False, params="basic")
+    assert any(f"{len(too_fast)} row(s) measured faster than the datasheet" in why
+               for _, why in skipped)
+    assert sum(e.n for e in evals) == len(rows) - len(too_fast)

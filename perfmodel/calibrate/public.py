@@ -61,6 +61,7 @@ from perfmodel.hardware.catalog import load_hardware
 from perfmodel.measurements import is_suspect
 from perfmodel.ops.cost import Array
 from perfmodel.validation import group_label as validation_group_label
+from perfmodel.validation import implausible
 
 __all__ = ["METHODS", "PICKS", "GroupEval", "dense_ceiling", "design_fit_shapes",
            "evaluate_group", "evaluate_public", "group_label", "markdown_table",
@@ -421,8 +422,10 @@ def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_
     > 1 evaluates groups in that many processes.
 
     Rows whose notes say SUSPECT (the source's value implies more than the device's dense
-    peak) are left out, as :func:`perfmodel.validation.validate` does, unless
-    ``include_suspect``: fitting to a physically impossible time teaches the wrong thing.
+    peak) and rows measured faster than the datasheet bandwidth or dense peak allows
+    (:func:`perfmodel.validation.implausible`) are left out, as
+    :func:`perfmodel.validation.validate` does, unless ``include_suspect``: fitting to a
+    physically impossible time teaches the wrong thing.
     The sequence-length extrapolation is run for attention groups of rows without an
     engine."""
     files: list[Path] = []
@@ -438,15 +441,20 @@ def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_
         if bad:
             skipped.append((str(f), f"{len(bad)} unusable line(s), e.g. line {bad[0][0]}: "
                             f"{bad[0][1]}"))
-        suspect = 0
+        if not include_suspect:
+            kept = [r for r in rows if not is_suspect(r.notes)]
+            if len(kept) < len(rows):
+                skipped.append((str(f), f"{len(rows) - len(kept)} row(s) whose notes say "
+                                "SUSPECT (implied FLOP/s above the dense peak; "
+                                "include_suspect=True keeps them)"))
+            too_fast = implausible([r.measurement() for r in kept])
+            if too_fast:
+                skipped.append((str(f), f"{len(too_fast)} row(s) measured faster than the "
+                                "datasheet bandwidth or dense peak allows, e.g. "
+                                f"{next(iter(too_fast.values()))}"))
+            rows = [r for i, r in enumerate(kept) if i not in too_fast]
         for r in rows:
-            if not include_suspect and is_suspect(r.notes):
-                suspect += 1
-                continue
             groups[_group_of(r)].append(r)
-        if suspect:
-            skipped.append((str(f), f"{suspect} row(s) whose notes say SUSPECT (implied FLOP/s "
-                            "above the dense peak; include_suspect=True keeps them)"))
     tasks: list[tuple[list[Row], int, Any, str, Any, str, str]] = []
     names: list[str] = []
     for key in sorted(groups):

@@ -42,6 +42,7 @@ from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.measurements import Measurement, MeasurementSet, is_suspect
 from perfmodel.timing.constants import Constants
+from perfmodel.validation import implausible
 
 __all__ = ["PairResult", "designed_rows", "evaluate_pairs", "leave_out_constants"]
 
@@ -147,10 +148,14 @@ def evaluate_pairs(rows: Sequence[Row], *, max_fit_rows: int = 300,
     devices in ``rows``). ``bases`` maps a target device to the constants to start from
     (None: bundled); results are computed under the bundled table, for each target in
     ``bases`` under that target's table, and (``priors``) under the priors alone. Rows
-    whose notes say SUSPECT and groups with fewer than ``min_rows`` rows are left out."""
+    whose notes say SUSPECT, rows faster than the datasheet figures allow
+    (:func:`perfmodel.validation.implausible`) and groups with fewer than ``min_rows`` rows
+    are left out."""
     by_device: dict[str, list[Row]] = defaultdict(list)
-    for r in rows:
-        if not is_suspect(r.notes):
+    plausible = [r for r in rows if not is_suspect(r.notes)]
+    too_fast = implausible([r.measurement() for r in plausible])
+    for i, r in enumerate(plausible):
+        if i not in too_fast:
             by_device[r.spec].append(r)
     for dev in list(by_device):
         groups = _groups(by_device[dev])
