@@ -91,8 +91,8 @@ class AttentionChoice:
     rope: bool = False
     source: str = ""
     num_splits: int | str = "auto"
-    """Split-KV as the engine calls the kernel: vLLM and SGLang call FlashAttention-2
-    through its varlen entry point, which splits the keys only for GQA decode (``gqa``)."""
+    """Split-KV as the engine calls the kernel: vLLM calls FlashAttention-2 through its
+    varlen entry point, which splits the keys only for GQA decode (``gqa``)."""
     fp8_compute: bool = False
     """With an fp8 KV cache the call computes in fp8 (the query is quantized first), so the
     op's compute dtype is fp8, not the activations' dtype."""
@@ -132,7 +132,7 @@ def _nvidia(engine: str, arch: str) -> bool:
     return False
 
 
-#: flash_attn_varlen_func (the entry point vLLM's and SGLang's FA2 backends call) splits the
+#: flash_attn_varlen_func (the entry point vLLM's FA2 backend calls) splits the
 #: keys of a decode step only when it swaps the G query heads of a KV group into the rows
 #: (GQA); with one query head per KV head it runs one CTA per (sequence, head).
 _VARLEN_SPLITS = "gqa"
@@ -148,7 +148,7 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     decode with more than 32 query heads per KV head runs masked MHA everywhere;
     vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
     FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
-    SGLang: FlashAttention (SM80 path) on Ampere, FA3 on Hopper (Triton for head dim 512),
+    SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada. Over an fp8 KV cache
     some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
     """
@@ -211,7 +211,9 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
     if arch == "ada":
         return AttentionChoice("flashinfer", source=_AIC,
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
-    return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
+    # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
+    # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
+    return AttentionChoice("flash3", source=_AIC + "; sgl-kernel's FlashAttention-3, SM8x build")
 
 
 #: Most query heads per KV head TensorRT-LLM's generation kernels (XQA before Blackwell,
@@ -230,7 +232,7 @@ _SGLANG_TENSOR_CORE_GROUP = 4.0
 #: The collectors' kernel labels (``ks=``) -> kernel family. TRT-LLM's own label
 #: (``torch_flow``) depends on the architecture and phase: see :func:`attention_kernel`.
 _ATTN_LABELS = {
-    "flash_attention": "flash2", "vllm_flash_attn": "flash2", "vllm_flash_attn_fa2": "flash2",
+    "flash_attention": "flash3", "vllm_flash_attn": "flash2", "vllm_flash_attn_fa2": "flash2",
     "fa3": "flash3", "vllm_flash_attn_fa3": "flash3", "vllm_flash_attn_fa4": "flash4",
     "triton": "triton", "flashinfer": "flashinfer", "vllm_flashinfer_fiprefill": "flashinfer",
     "vllm_flashinfer_fidecode": "flashinfer", "trtllm_mha": "trtllm-gen",

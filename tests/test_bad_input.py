@@ -376,8 +376,11 @@ def _model_cases() -> list[Case]:
            "--k 8 --dtype bf16", 2, "bf16"),
         _c("predict: kv-heads not dividing", _with(ATTN, "--kv-heads", "5"), 2, "--kv-heads"),
         _c("predict: unknown impl", [*ATTN.split(), "--impl", "turbo"], 2, "--impl"),
-        _c("predict: flash3 before Hopper", [*_with(ATTN, "--gpu", "a100-80gb-sxm"),
-                                             "--impl", "flash3"], 2, "impl"),
+        _c("predict: flash3 before Ampere", [*_with(ATTN, "--gpu", "v100-sxm2-32gb"),
+                                             "--dtype", "fp16", "--impl", "flash3"], 2,
+           "impl"),
+        _c("predict: flash4 before Hopper", [*_with(ATTN, "--gpu", "a100-80gb-sxm"),
+                                             "--impl", "flash4"], 2, "impl"),
         _c("predict: --num-splits 0", [*ATTN.split(), "--num-splits", "0"], 2, "--num-splits"),
         _c("predict: allreduce over 1 GPU", "predict allreduce --gpu h100-sxm --numel 8 "
            "--gpus 1", 2, "--gpus"),

@@ -6,6 +6,7 @@ reports (``Prediction.bytes_min``, ``stages``), never with a copy of the formula
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -350,6 +351,41 @@ def test_fa2_split_heuristic_counts_two_ctas_per_sm_and_its_kv_blocks() -> None:
     assert splits("flashinfer", 16, 8, 8192, 128) == 1  # 128 >= 0.8 x 108
     assert splits("flash2", 1, 1, 1024, 64) <= 4
     assert 4 < splits("flash2", 1, 1, 1024, 256) <= 16
+
+
+def test_fa3_before_hopper_is_its_sm8x_family_with_fa3_scheduling() -> None:
+    """FlashAttention-3's SM8x build (what SGLang's FlashAttention backend runs on an
+    A100): ``flash3`` resolves to ``flash3-sm8x`` on Ampere and Ada, resident CTAs (no
+    warp specialisation); unlike FA2's varlen entry point it splits the keys of a decode
+    step whatever the group size (FA3's heuristic over 108 SMs: 8 (sequence, head) tiles
+    of 128 key blocks, the smallest split reaching 85 % of the best wave fill is 12, 96
+    CTAs), always packs GQA (prefill too: 16 tokens × 4 query heads in one tile per KV
+    head) and computes 128 query rows per tile; before Ampere it is refused."""
+    mha = pm.Attention(batch=1, heads=8, seq_q=1, seq_kv=16384, head_dim=128)
+    fa3 = predict(dataclasses.replace(mha, impl="flash3"), "a100-80gb-sxm", constants=PRIORS)
+    fa2 = predict(dataclasses.replace(mha, impl="flash2", num_splits="gqa"), "a100-80gb-sxm",
+                  constants=PRIORS)
+    assert fa3.details["impl"] == "flash3-sm8x"
+    assert not attention_family("flash3-sm8x").persistent
+    assert float(fa3.details["splits"]) == 12
+    assert float(fa3.details["ctas"]) == 96
+    assert float(fa2.details["splits"]) == 1
+    assert float(fa3.details["q_tile"]) == 128
+    assert predict(dataclasses.replace(mha, impl="flash3"), "l40s",
+                   constants=PRIORS).details["impl"] == "flash3-sm8x"
+    assert predict(dataclasses.replace(mha, impl="flash3"), "h100-sxm",
+                   constants=PRIORS).details["impl"] == "flash3"
+    prefill = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=16, seq_kv=16, head_dim=128,
+                           causal=True, impl="flash3", num_splits=1)
+    assert float(predict(prefill, "a100-80gb-sxm", constants=PRIORS).details["ctas"]) == 2 * 8
+    with pytest.raises(PerfmodelError, match="impl"):
+        predict(dataclasses.replace(mha, impl="flash3", dtype="fp16", kv_dtype="fp16"),
+                "v100-sxm2-32gb")
+    # the engine's choice and the collectors' label agree
+    assert attention_kernel("sglang", "ampere", "decode").impl == "flash3"
+    assert attention_kernel_for_label("sglang", "flash_attention", "ampere",
+                                      "decode").impl == "flash3"
+    assert attention_kernel("vllm", "ampere", "decode").impl == "flash2"
 
 
 def test_flashinfer_prefill_packs_the_query_heads_of_a_kv_head() -> None:

@@ -123,9 +123,12 @@ def test_negative_timing_floor_is_rejected() -> None:
     assert info.value.field == "extra_overhead_s"
 
 
-def test_flash3_on_a_pre_hopper_gpu_names_the_impl() -> None:
+def test_flash3_on_a_pre_ampere_gpu_names_the_impl() -> None:
+    """FlashAttention-3 builds for SM80 and later (its SM8x path before Hopper), not for
+    Volta or Turing."""
     op = pm.Attention(batch=1, heads=8, seq_q=1024, head_dim=128, dtype="fp16", impl="flash3")
     with pytest.raises(PerfmodelError) as info:
-        pm.predict(op, "a100-80gb-sxm")
+        pm.predict(op, "v100-sxm2-32gb")
     assert info.value.field == "impl"
     assert pm.predict(op, "h100-sxm").latency_s > 0
+    assert pm.predict(op, "a100-80gb-sxm").latency_s > 0

@@ -44,8 +44,11 @@ Timer = Callable[[Any, HardwareSpec, RunContext, Constants], Prediction]
 
 #: Families with FA3/cuDNN-class fused attention (warp-specialised, TMA).
 _FA3_ARCHS = ("hopper", "blackwell")
-#: Kernel families that need TMA and warpgroup MMA (Hopper or later).
-_HOPPER_PLUS = ("flash3", "flash4")
+#: Kernel families that need TMA and warpgroup MMA (Hopper or later); FlashAttention-3 also
+#: builds an SM8x path (Ampere, Ada: the ``flash3-sm8x`` family), none before.
+_HOPPER_PLUS = ("flash4",)
+_SM8X_PLUS = ("flash3",)
+_SM8X_ARCHS = ("ampere", "ada", *_FA3_ARCHS)
 _BLACKWELL_ONLY = ("trtllm-gen", "flashinfer-sm100")
 
 
@@ -218,6 +221,11 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
     if op.impl in _HOPPER_PLUS and spec.arch not in _FA3_ARCHS:
         raise PerfmodelError("impl", f"{op.impl} kernels need Hopper or later; "
                              f"{spec.id} is {spec.arch}",
+                             "use impl='flash' (the native fused kernel) or 'flash2'")
+    if op.impl in _SM8X_PLUS and spec.arch not in _SM8X_ARCHS:
+        raise PerfmodelError("impl", f"{op.impl} kernels are built for Ampere, Ada, Hopper "
+                             f"and Blackwell (SM8x path before Hopper); {spec.id} is "
+                             f"{spec.arch}",
                              "use impl='flash' (the native fused kernel) or 'flash2'")
     if op.impl in _BLACKWELL_ONLY and spec.arch != "blackwell":
         raise PerfmodelError("impl", f"{op.impl} kernels are built for Blackwell; {spec.id} "

@@ -245,7 +245,23 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "auto", _FA2 + "; paged-KV entry point (flash_attn_with_kvcache)"
                     + _FA2_ROWS + _SYNC, sync_mma=True, kin=("flash2",), **_FA2_SPLIT),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
-                                     (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3),
+                                     (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3,
+                    built_as=(("ampere", "flash3-sm8x"), ("ada", "flash3-sm8x"))),
+    AttentionFamily("flash3-sm8x", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)),
+                    "always", "auto",
+                    "FlashAttention-3's source built for SM80/SM86/SM89 (its hopper/ folder "
+                    "has an SM8x path since 2025: Dao-AILab/flash-attention issues 1481 and "
+                    "1049; sgl-kernel builds it for sm80/sm86/sm89, which is what SGLang's "
+                    "FlashAttention backend runs on an A100: sgl-project/sglang issue 5911), "
+                    "a family of its own, which ``flash3`` resolves to on Ampere and Ada: the "
+                    "synchronous MMA and cp.async loads of FlashAttention-2 (its kin: rates, "
+                    "tile times, per-CTA bandwidth until fitted), with FA3's scheduling "
+                    "heuristics: packed GQA always on SM8x (get_pack_gqa), split-KV by "
+                    "num_splits_heuristic over the SM count (not twice it) for any group "
+                    "size, at most 128 splits, and 128-row query tiles (tile_size_fwd_sm8x), "
+                    "so a decode tile of G packed query heads costs 128 rows of MMA work. "
+                    "Tile shapes otherwise FlashAttention-2's (an assumption)" + _SYNC,
+                    sync_mma=True, kin=("flash2",), max_splits=128.0, min_rows=128.0),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
                     "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for "
                     "Hopper): persistent, warp-specialised like FA3; " + _BIG_D,
