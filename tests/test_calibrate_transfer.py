@@ -29,7 +29,8 @@ DEVICE = {"compute_fraction": 0.62, "memory_fraction": 0.78}
 #: FlashAttention-2 family on Ampere (rate, fixed time per prefill tile), away from the
 #: bundled values so that a fit that does not move them fails.
 OVERHEAD_S = 4.5e-6
-FAMILY = {"attn.flash2.efficiency.ampere": 0.8, "attn.flash2.tile_s.ampere": 4.0e-6}
+#: The suite calls the kernels directly: the ``none`` engine's configuration of a family.
+FAMILY = {"attn.flash2.efficiency.ampere.none": 0.8, "attn.flash2.tile_s.ampere.none": 4.0e-6}
 
 
 def _suite_rows(hw: pm.HardwareSpec, truth: pm.HardwareSpec, noise: float = 0.01
@@ -67,8 +68,8 @@ def test_fit_separates_device_from_family_figures(fitted: pm.HardwareSpec) -> No
         assert cal.params[key]["compute_fraction"] == pytest.approx(0.62, rel=0.02)
         assert cal.params[key]["memory_fraction"] == pytest.approx(0.78, rel=0.02)
     assert cal.params["gemm/bf16"]["overhead_s"] == pytest.approx(OVERHEAD_S, rel=0.05)
-    assert cal.constants["attn.flash2.efficiency.ampere"] == pytest.approx(0.8, rel=0.03)
-    assert cal.constants["attn.flash2.tile_s.ampere"] == pytest.approx(4.0e-6, rel=0.15)
+    assert cal.constants["attn.flash2.efficiency.ampere.none"] == pytest.approx(0.8, rel=0.03)
+    assert cal.constants["attn.flash2.tile_s.ampere.none"] == pytest.approx(4.0e-6, rel=0.15)
     # the device's lower compute fraction is not absorbed by the family's rate
     assert "gemm.auto.none.efficiency" not in cal.constants
 
@@ -87,10 +88,10 @@ def test_transfer_carries_the_family_and_keeps_the_target_spec(fitted: pm.Hardwa
                for name in ("compute_fraction", "memory_fraction"))
     # family figures: carried, Ampere's constants as Hopper's
     assert cal.params["gemm/bf16"]["overhead_s"] == pytest.approx(OVERHEAD_S, rel=0.05)
-    assert cal.constants["attn.flash2.efficiency.hopper"] == pytest.approx(0.8, rel=0.03)
-    assert not any(name.endswith(".ampere") for name in cal.constants)
-    assert cal.provenance["constants.attn.flash2.efficiency.hopper"].startswith(
-        f"carried: {SOURCE} calibration (as attn.flash2.efficiency.ampere")
+    assert cal.constants["attn.flash2.efficiency.hopper.none"] == pytest.approx(0.8, rel=0.03)
+    assert not any(".ampere" in name for name in cal.constants)
+    assert cal.provenance["constants.attn.flash2.efficiency.hopper.none"].startswith(
+        f"carried: {SOURCE} calibration (as attn.flash2.efficiency.ampere.none")
     assert cal.provenance["device.compute_fraction.bf16"].startswith(f"spec: {TARGET} ")
     # the target's suite as the truth's family figures on the target's own spec predict it
     truth_b = _truth(target, None, {k.replace("ampere", "hopper"): v for k, v in FAMILY.items()})

@@ -108,7 +108,7 @@ def candidate_constants(archs: Iterable[str], engines: Iterable[str],
     archs, engines = set(archs), set(engines)
     op_set = None if ops is None else set(ops)
     other_archs = set(ARCH_FAMILIES) - archs
-    known_engines = {"trtllm", "vllm", "sglang"}
+    known_engines = {"trtllm", "vllm", "sglang", "none"}
     out = []
     for name in PARAMS:
         if name in NEVER_FITTED:
@@ -192,7 +192,8 @@ def fit_family_constants(data: Dataset | Prepared, hw: HardwareSpec,
     prep = dataclasses.replace(prep, batches=tuple(dataclasses.replace(b, spec=plain)
                                                    for b in prep.batches))
     if names is None:
-        engines = {r.engine for r in prep.rows if r.engine}
+        # a row without an engine is a direct kernel call: the ``none`` configuration
+        engines = {r.engine or "none" for r in prep.rows}
         names = _kernels_filter(candidate_constants({hw.arch}, engines,
                                                     {r.op for r in prep.rows}), prep)
     moved = sensitive_constants(prep, list(names), start)

@@ -458,7 +458,12 @@ for _f in ATTENTION_FAMILIES.values():
 #: The constants an engine's configuration of a family refines (engines build the same
 #: family with their own tile configurations and schedulers).
 ENGINE_REFINED = ("efficiency", "fp8_efficiency", "tile_s", "decode_tile_s")
-_ENGINES = ("trtllm", "vllm", "sglang")
+#: The engines with a configuration of their own, ``none`` for a call made without one (the
+#: kernel library called directly, as the FlashAttention-2 benchmarks of A30 and vidur's
+#: A100 rows were): a case of its own, so that the architecture's value stays the mean of
+#: the measured configurations (what an unknown engine inherits) and is never the fit of
+#: one of them overwritten by that mean.
+_ENGINES = ("trtllm", "vllm", "sglang", "none")
 register(*(
     Param(f"{arch_name(attn_name(f.name, what), a)}.{e}",
           *_ATTN_CONSTANTS[what][:4],
@@ -473,8 +478,9 @@ def attn_constant(impl: str, what: str, arch: str, consts: Constants,
                   engine: str = "") -> float:
     """Family ``impl``'s constant ``what`` on ``arch`` as ``engine`` runs it: the most
     specific value of attn.<impl>.<what>.<arch>.<engine> → .<arch> → the family's → its
-    class's."""
+    class's. An empty ``engine`` is ``none``."""
     name = arch_name(attn_name(impl, what), arch)
+    engine = engine or "none"
     if engine in _ENGINES and what in ENGINE_REFINED and name != attn_name(impl, what):
         return consts[f"{name}.{engine}"]
     return consts[name]
