@@ -49,6 +49,7 @@ from perfmodel.calibrate.fit import (
     residual_mode,
     uncalibrated,
 )
+from perfmodel.engines import ENGINES, normalize_engine
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import Attention
 from perfmodel.ops.gemm import Gemm
@@ -108,7 +109,7 @@ def candidate_constants(archs: Iterable[str], engines: Iterable[str],
     archs, engines = set(archs), set(engines)
     op_set = None if ops is None else set(ops)
     other_archs = set(ARCH_FAMILIES) - archs
-    known_engines = {"trtllm", "vllm", "sglang", "none"}
+    known_engines = set(ENGINES)
     out = []
     for name in PARAMS:
         if name in NEVER_FITTED:
@@ -193,7 +194,7 @@ def fit_family_constants(data: Dataset | Prepared, hw: HardwareSpec,
                                                    for b in prep.batches))
     if names is None:
         # a row without an engine is a direct kernel call: the ``none`` configuration
-        engines = {r.engine or "none" for r in prep.rows}
+        engines = {normalize_engine(r.engine) for r in prep.rows}
         names = _kernels_filter(candidate_constants({hw.arch}, engines,
                                                     {r.op for r in prep.rows}), prep)
     moved = sensitive_constants(prep, list(names), start)

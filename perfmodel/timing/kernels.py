@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from perfmodel._xp import VECTOR, Ops
+from perfmodel.engines import ENGINES
 from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
 from perfmodel.timing.constants import (
     ARCH_FAMILIES,
@@ -458,19 +459,18 @@ for _f in ATTENTION_FAMILIES.values():
 #: The constants an engine's configuration of a family refines (engines build the same
 #: family with their own tile configurations and schedulers).
 ENGINE_REFINED = ("efficiency", "fp8_efficiency", "tile_s", "decode_tile_s")
-#: The engines with a configuration of their own, ``none`` for a call made without one (the
-#: kernel library called directly, as the FlashAttention-2 benchmarks of A30 and vidur's
-#: A100 rows were): a case of its own, so that the architecture's value stays the mean of
-#: the measured configurations (what an unknown engine inherits) and is never the fit of
-#: one of them overwritten by that mean.
-_ENGINES = ("trtllm", "vllm", "sglang", "none")
+#: Refined for every engine of :data:`perfmodel.engines.ENGINES`, ``none`` included: a call
+#: made without an engine (the kernel library called directly, as the FlashAttention-2
+#: benchmarks of A30 and vidur's A100 rows were) is a case of its own, so that the
+#: architecture's value stays the mean of the measured configurations (what an unknown
+#: engine inherits) and is never the fit of one of them overwritten by that mean.
 register(*(
     Param(f"{arch_name(attn_name(f.name, what), a)}.{e}",
           *_ATTN_CONSTANTS[what][:4],
           f"{arch_name(attn_name(f.name, what), a)} as {e} builds and calls it.",
           parent=arch_name(attn_name(f.name, what), a))
     for f in ATTENTION_FAMILIES.values() for what in ENGINE_REFINED for a in ARCH_FAMILIES
-    for e in _ENGINES
+    for e in ENGINES
 ))
 
 
@@ -481,6 +481,6 @@ def attn_constant(impl: str, what: str, arch: str, consts: Constants,
     class's. An empty ``engine`` is ``none``."""
     name = arch_name(attn_name(impl, what), arch)
     engine = engine or "none"
-    if engine in _ENGINES and what in ENGINE_REFINED and name != attn_name(impl, what):
+    if engine in ENGINES and what in ENGINE_REFINED and name != attn_name(impl, what):
         return consts[f"{name}.{engine}"]
     return consts[name]
