@@ -44,12 +44,19 @@ Timer = Callable[[Any, HardwareSpec, RunContext, Constants], Prediction]
 
 #: Families with FA3/cuDNN-class fused attention (warp-specialised, TMA).
 _FA3_ARCHS = ("hopper", "blackwell")
-#: Kernel families that need TMA and warpgroup MMA (Hopper or later); FlashAttention-3 also
+_FLASH_HINT = "use impl='flash' (the native fused kernel) or 'flash2'"
+_BLACKWELL_HINT = ("use impl='fmha-v2' or 'xqa' (TensorRT-LLM before Blackwell), "
+                   "'flashinfer', or impl='flash'")
+#: Kernel families built for some architectures only: (architectures, how the error says
+#: it, the fix). FA4 needs TMA and warpgroup MMA (Hopper or later); FlashAttention-3 also
 #: builds an SM8x path (Ampere, Ada: the ``flash3-sm8x`` family), none before.
-_HOPPER_PLUS = ("flash4",)
-_SM8X_PLUS = ("flash3",)
-_SM8X_ARCHS = ("ampere", "ada", *_FA3_ARCHS)
-_BLACKWELL_ONLY = ("trtllm-gen", "flashinfer-sm100")
+_BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "flash4": (_FA3_ARCHS, "need Hopper or later", _FLASH_HINT),
+    "flash3": (("ampere", "ada", *_FA3_ARCHS), "are built for Ampere, Ada, Hopper and "
+               "Blackwell (SM8x path before Hopper)", _FLASH_HINT),
+    "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
+    "flashinfer-sm100": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
+}
 
 
 def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
@@ -218,19 +225,10 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
                    consts: Constants) -> Prediction:
     _check_dtype(spec, op.dtype)
     _check_dtype(spec, op.kv_dtype, "kv_dtype")
-    if op.impl in _HOPPER_PLUS and spec.arch not in _FA3_ARCHS:
-        raise PerfmodelError("impl", f"{op.impl} kernels need Hopper or later; "
-                             f"{spec.id} is {spec.arch}",
-                             "use impl='flash' (the native fused kernel) or 'flash2'")
-    if op.impl in _SM8X_PLUS and spec.arch not in _SM8X_ARCHS:
-        raise PerfmodelError("impl", f"{op.impl} kernels are built for Ampere, Ada, Hopper "
-                             f"and Blackwell (SM8x path before Hopper); {spec.id} is "
-                             f"{spec.arch}",
-                             "use impl='flash' (the native fused kernel) or 'flash2'")
-    if op.impl in _BLACKWELL_ONLY and spec.arch != "blackwell":
-        raise PerfmodelError("impl", f"{op.impl} kernels are built for Blackwell; {spec.id} "
-                             f"is {spec.arch}", "use impl='fmha-v2' or 'xqa' (TensorRT-LLM "
-                             "before Blackwell), 'flashinfer', or impl='flash'")
+    built = _BUILT_FOR.get(op.impl)
+    if built is not None and spec.arch not in built[0]:
+        raise PerfmodelError("impl", f"{op.impl} kernels {built[1]}; {spec.id} is {spec.arch}",
+                             built[2])
     k = knobs_for(spec, "attention", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
     t = time_flash(op, k, env, consts)
