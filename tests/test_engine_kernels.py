@@ -24,6 +24,7 @@ from perfmodel.engines import (
 )
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import Constants
+from perfmodel.timing.core import make_env
 from perfmodel.timing.engine_costs import call_name, row_name
 from perfmodel.timing.kernels import attention_family, tile_efficiency
 from perfmodel.timing.knobs import knobs_for
@@ -481,6 +482,34 @@ def test_graph_launch_and_warm_l2() -> None:
     # twenty rotated copies of its 10 MiB of weights and output no longer fit the L2
     rotated = predict(fits, hw, context=RunContext(l2="warm", copies=20.0), constants=PRIORS)
     assert float(rotated.memory_s) > 0.9 * float(cold.memory_s)
+
+
+def test_a_partitioned_l2_holds_a_repeated_working_set_in_each_half() -> None:
+    """A100 and H100 split their L2 into two SM-side partitions that each cache what their
+    SMs read (spec ``memory.l2_partitions: 2``): a repeated call's data, read by SMs of both
+    halves, stays resident up to L2 / 2 × ``l2_capacity_fraction``, not the whole L2."""
+    h100 = pm.load_hardware("h100-sxm")
+    assert h100.memory.l2_partitions == 2
+    assert pm.load_hardware("l40s").memory.l2_partitions == 1
+    whole = h100.model_copy(update={"memory": h100.memory.model_copy(
+        update={"l2_partitions": 1})})
+    frac = PRIORS["l2_capacity_fraction"]
+    env = make_env(knobs_for(h100, "gemm", "bf16"), RunContext(l2="warm"), PRIORS)
+    assert env.l2_capacity == pytest.approx(50 * 2**20 / 2 * frac)
+    # 24 MiB of bf16 weights (16 × 4096 × 3072 GEMM; a one-sequence decode over 6144 keys of
+    # 8 KV heads): inside 0.7 × 50 MiB but past 0.7 × 25 MiB
+    ops = (pm.Gemm(m=16, n=4096, k=3072),
+           pm.Attention(batch=1, heads=8, kv_heads=8, seq_q=1, seq_kv=6144, head_dim=128))
+    warm = RunContext(l2="warm")
+    for op in ops:
+        split = float(predict(op, h100, context=warm, constants=PRIORS).memory_s)
+        one = float(predict(op, whole, context=warm, constants=PRIORS).memory_s)
+        assert split > 1.5 * one
+    # far inside both (1 MiB): the same
+    small = pm.Gemm(m=16, n=512, k=1024)
+    assert float(predict(small, h100, context=warm, constants=PRIORS).memory_s) == \
+        pytest.approx(float(predict(small, whole, context=warm, constants=PRIORS).memory_s),
+                      rel=1e-3)
 
 
 def test_eager_call_is_host_bound_below_the_host_time() -> None:

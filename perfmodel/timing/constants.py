@@ -124,7 +124,8 @@ register(
             parent="graph_kernel_s") for a in ARCH_FAMILIES),
     Param("l2_capacity_fraction", 0.7, 0.3, 1.0, "fraction",
           "share of the L2 a repeated call's footprint may use and still hit in L2 "
-          "(set-associativity, partitioned L2, other lines). Prior: 0.7."),
+          "(set-associativity, other lines), of one SM-side partition where the spec "
+          "splits the L2 (memory.l2_partitions). Prior: 0.7."),
     Param("l2_bandwidth_fraction", 0.7, 0.2, 1.0, "fraction",
           "achievable fraction of the L2 bandwidth (spec l2_bandwidth, or the family's "
           "bytes per clock per SM) for streams served from L2. Prior: 0.7, as for DRAM.",

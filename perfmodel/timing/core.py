@@ -34,8 +34,9 @@ class Env:
     warm:
         The call is repeated with nothing in between (no L2 flush).
     l2_capacity:
-        Bytes of L2 a repeated call's footprint may occupy and still hit (L2 size ×
-        ``l2_capacity_fraction``).
+        Bytes of L2 a repeated call's footprint may occupy and still hit: L2 size /
+        its SM-side partitions (each may hold its own copy of what every SM reads) ×
+        ``l2_capacity_fraction``.
     l2_bandwidth:
         Achievable L2 bandwidth, B/s (peak × ``l2_bandwidth_fraction``).
     copies, input_copies:
@@ -60,7 +61,7 @@ def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> En
     kernel_s = (consts[arch_name("graph_kernel_s", arch)] * k.clock_scale
                 if ctx.launch == "graph" else k.overhead_s)
     return Env(kernel_s=kernel_s, warm=ctx.l2 == "warm",
-               l2_capacity=k.l2_bytes * consts["l2_capacity_fraction"],
+               l2_capacity=k.l2_bytes / k.l2_partitions * consts["l2_capacity_fraction"],
                l2_bandwidth=k.l2_bandwidth * consts["l2_bandwidth_fraction"],
                copies=ctx.copies, input_copies=ctx.input_copies, engine=ctx.engine)
 

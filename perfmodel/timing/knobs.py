@@ -57,6 +57,8 @@ class Knobs:
     """Special-function results per second."""
     units: int
     l2_bytes: float
+    l2_partitions: float
+    """SM-side L2 partitions that may each hold a copy of shared data (spec, default 1)."""
     l2_bandwidth: float
     """Peak L2 read bandwidth, B/s (spec figure, or units × clock × the family's bytes per
     clock per unit)."""
@@ -163,7 +165,7 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         achievable_bandwidth=hw.memory.bandwidth * mem_fraction, overhead_s=overhead,
         vector_op_rate=vec_peak * _clock_ratio(hw, "vector") * 0.5,
         sfu_rate=sfu * _clock_ratio(hw, "vector"), units=hw.compute.units,
-        l2_bytes=hw.memory.l2 or 0.0,
+        l2_bytes=hw.memory.l2 or 0.0, l2_partitions=float(hw.memory.l2_partitions),
         l2_bandwidth=hw.memory.l2_bandwidth or (hw.compute.units * hw.compute.boost_clock
                                                 * fam.l2_bytes_per_clock),
         smem_per_unit=hw.memory.smem_per_unit or 64 * 1024.0,
