@@ -462,6 +462,21 @@ def test_varlen_flash2_splits_only_packed_gqa_decode() -> None:
     assert float(gqa.details["splits"]) > 1
 
 
+def test_masked_mha_keeps_32_warps_per_sm_as_its_launch_does() -> None:
+    """TensorRT-LLM's masked-MHA launch: 256-thread CTAs, four resident per SM (32 warps by
+    registers) once sequences × heads reach 4× the SMs; below that, larger CTAs holding the
+    same warps. On H100 (132 SMs), with one CTA per sequence (one head, 64 keys: no split):
+    528 CTAs are one wave of tile time and 1,056 two; 132 CTAs get a whole SM each, so 264
+    take twice their compute time, not the same (as two 2-per-SM slots would give)."""
+    def run(n: int) -> Any:
+        return predict(pm.Attention(batch=n, heads=1, kv_heads=1, seq_q=1, seq_kv=64,
+                                    head_dim=128, impl="mmha"), "h100-sxm", constants=PRIORS)
+    tile = PRIORS["attn.mmha.decode_tile_s.hopper.none"]
+    assert float(run(1056).overhead_s) - float(run(528).overhead_s) == pytest.approx(tile)
+    assert float(run(1584).overhead_s) - float(run(1056).overhead_s) == pytest.approx(tile)
+    assert float(run(264).compute_s) == pytest.approx(2.0 * float(run(132).compute_s))
+
+
 # ------------------------------------------------------------------------ run contexts
 def test_graph_launch_and_warm_l2() -> None:
     hw = pm.load_hardware("l40s")

@@ -21,8 +21,10 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   unit) and v vector ops; FA2-class kernels serialise softmax and MMA, FA3-class overlap
   them (``softmax_overlap``). An fp8 KV cache read by a bf16 kernel costs ``dequant_ops``
   vector operations per loaded element.
-- **Scheduling.** Slots = SMs for persistent families, SMs × resident CTAs (1–2 by shared
-  memory) otherwise; compute = Σ tile work / (rate · e_family · wave efficiency), with
+- **Scheduling.** Slots = SMs for persistent families, SMs × resident CTAs otherwise (1–2
+  by shared memory; a family whose launch fixes it, ``resident`` r: r per SM once the
+  base CTAs number r·SMs, else r/⌈r·SMs/base⌉ larger CTAs); compute = Σ tile work /
+  (rate · e_family · wave efficiency), with
   e_family × the architecture's ``sync_mma_fraction`` for kernels written for Ampere
   (synchronous MMA) on Hopper and Blackwell,
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
@@ -247,6 +249,12 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     q_tiles = ops.ceil(rows / q_eff)
     heads_u = ops.where(packed, kv_heads, heads)
     base = batch * heads_u * q_tiles
+    if fam.resident:
+        # the launch keeps an SM's warps: r CTAs of the base size per SM once the base CTAs
+        # number r·U or more, else CTAs f = min(⌈r·U/base⌉, r) times larger, r/f per SM
+        per_unit = fam.resident / ops.minimum(ops.ceil(fam.resident * k.units / base),
+                                              fam.resident)
+        slots = k.units * per_unit
     if op.num_splits not in ("auto", "gqa"):
         splits = 0.0 * base + float(op.num_splits)
     elif fam.split_kv == "auto" and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):

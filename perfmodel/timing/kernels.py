@@ -167,6 +167,12 @@ class AttentionFamily:
         (16) unless the kernel's smallest query tile is larger (FlashAttention-2's split-KV
         kernel fixes 64 rows for every head dim, so a decode tile of a few packed query
         heads costs 64 rows of MMA work).
+    resident:
+        CTAs of the kernel's base size resident per SM where its launch, not its shared
+        memory, sets residency (TensorRT-LLM's masked-MHA kernel: 256-thread CTAs, 32 warps
+        per SM by its registers, so 4; with fewer CTAs than 4 per SM it launches larger
+        ones, up to 1024 threads, keeping the 32 warps); 0: 1-2 as shared memory allows
+        (non-persistent families).
     source:
         Where the traits come from.
     """
@@ -188,6 +194,7 @@ class AttentionFamily:
     built_as: tuple[tuple[str, str], ...] = ()
     min_rows: float = 16.0
     split_slots: float = 1.0
+    resident: float = 0.0
     split_block: tuple[tuple[float, float], ...] = ()
 
     @property
@@ -298,7 +305,12 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "the dot products on CUDA cores, multi-block mode splits long KV; TRT-LLM "
                     "dispatches it instead of XQA when a KV head has a single query head "
                     "(its XQA kernels are built for grouped heads). On AIConfigurator's "
-                    "H100 rows it reads an fp8 cache at ~2.5 TB/s where XQA reaches ~3.0"),
+                    "H100 rows it reads an fp8 cache at ~2.5 TB/s where XQA reaches ~3.0. "
+                    "Launch (decoderMaskedMultiheadAttentionLaunch.h): 256-thread CTAs when "
+                    "sequences x heads >= 4x the SMs, 'the max number of warps we can launch "
+                    "per SM is 32 limited by registers': 4 resident per SM; fewer, larger "
+                    "CTAs (same 32 warps) with multi-block splits below that",
+                    resident=4.0),
     AttentionFamily("trtllm-gen", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
                     "short", "auto",
                     "TensorRT-LLM trtllm-gen kernels (Blackwell): persistent, "
