@@ -100,22 +100,31 @@ def resolve_impl(op: Attention, k: Knobs) -> str:
 
 
 def auto_splits(base_ctas: Any, seq_kv: Any, units: int, max_splits: int = 64,
-                kv_block: float = 256.0) -> Any:
+                kv_block: Any = 256.0) -> Any:
     """Split-KV factor: 1 if the base CTAs fill 80 % of the units; else the smallest s
     whose wave efficiency x/⌈x⌉ (x = CTAs·s/U) reaches 85 % of the best over
     s ≤ min(max_splits, ⌈S_kv/kv_block⌉). A float for float inputs, else an array."""
     if type(base_ctas) is float and type(seq_kv) is float:
         return _auto_splits_one(base_ctas, seq_kv, units, max_splits, kv_block)
-    base_ctas, seq_kv = np.broadcast_arrays(np.asarray(base_ctas, dtype=np.float64),
-                                            np.asarray(seq_kv, dtype=np.float64))
-    s = np.arange(1.0, max_splits + 1.0).reshape((-1,) + (1,) * base_ctas.ndim)
-    allowed = s <= np.maximum(np.ceil(seq_kv / kv_block), 1.0)
-    x = base_ctas * s / units
-    eff = np.where(allowed, x / np.ceil(x), 0.0)
-    best = np.max(eff, axis=0)
-    ok = eff >= 0.85 * best
-    first = np.argmax(ok, axis=0) + 1.0
-    return np.asarray(np.where(base_ctas >= 0.8 * units, 1.0, first), dtype=np.float64)
+    base_ctas, seq_kv, block = np.broadcast_arrays(
+        np.asarray(base_ctas, dtype=np.float64), np.asarray(seq_kv, dtype=np.float64),
+        np.asarray(kv_block, dtype=np.float64))
+    out = np.ones(base_ctas.shape)
+    short = base_ctas < 0.8 * units
+    if not short.any():
+        return out
+    # the choice depends on (CTAs, most splits the keys allow) alone: search each distinct
+    # pair once (a sweep has few), every s at once
+    limit = np.minimum(np.maximum(np.ceil(seq_kv[short] / block[short]), 1.0),
+                       float(max_splits))
+    pairs, inverse = np.unique(np.stack([base_ctas[short], limit]), axis=1,
+                               return_inverse=True)
+    s = np.arange(1.0, max_splits + 1.0)[:, None]
+    x = pairs[0] * s / units
+    eff = np.where(s <= pairs[1], x / np.ceil(x), 0.0)
+    first = np.argmax(eff >= 0.85 * np.max(eff, axis=0), axis=0) + 1.0
+    out[short] = first[inverse.reshape(-1)]
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
