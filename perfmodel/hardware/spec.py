@@ -142,10 +142,11 @@ class MemorySpec(_Frozen):
     l2: Bytes | None = None
     """Last-level (L2) cache size, bytes."""
     l2_partitions: int = Field(default=1, ge=1, le=8)
-    """SM-side partitions of the L2 that each cache what the SMs wired to them read (A100
-    and H100: two, per their whitepapers). Data that SMs of every partition read may be
-    held once in each, so a repeated call's working set stays resident up to l2 /
-    partitions (× ``l2_capacity_fraction``); 1 for a cache that holds each line once."""
+    """SM-side partitions of the L2 that each cache what the SMs wired to them read (A100:
+    two, per its whitepaper; H100 assumed alike, hardware_specs/SOURCES.md D34). Data
+    that SMs of every partition read may be held once in each, so a repeated call's
+    working set stays resident up to l2 / partitions (× ``l2_capacity_fraction``); 1 for a
+    cache that holds each line once."""
     l2_bandwidth: Bandwidth | None = None
     """L2 read bandwidth, B/s, where a measurement or datasheet gives it (otherwise the
     timing model derives it from the SM count and clock: ``family.l2_bytes_per_clock``)."""
