@@ -225,6 +225,74 @@ def test_tile_overlap_hides_the_fixed_time_of_later_tiles_in_persistent_kernels(
         assert saved == 0.0
 
 
+@pytest.mark.parametrize("impl", ["flash3", "flash2"])
+def test_persistent_kernels_run_later_tiles_under_the_memory_stream(impl: str) -> None:
+    """While a persistent kernel streams K/V, its producer warps load the next tile as the
+    consumers finish the last one: once memory time exceeds the later tiles' serial parts,
+    only each SM's first tile adds its tile time. Resident kernels (flash2) pay every wave.
+    10 tiles per SM of 16k keys each: 1,320 × 16,384 × 128 × 2 (K, V) × 2 bytes = 11 GB,
+    ~3.5 ms of memory against 9 × 4 µs of later tiles."""
+    hw = pm.load_hardware("h100-sxm")
+    op = pm.Attention(batch=10 * hw.compute.units, heads=1, seq_q=1, seq_kv=16384,
+                      head_dim=128, impl=impl)
+
+    def overhead(tile_s: float) -> tuple[float, Any]:
+        consts = PRIORS.with_values({f"attn.{impl}.decode_tile_s": tile_s,
+                                     f"attn.{impl}.tile_overlap": 0.0}, "test")
+        p = predict(op, hw, constants=consts)
+        return float(p.overhead_s), p
+
+    (lo, p), (hi, _) = overhead(2e-6), overhead(4e-6)
+    assert float(p.details["splits"]) == 1
+    assert float(p.memory_s) > 50 * 9 * 4e-6
+    # flash2 at D = 128: Q tile 128 × 128 plus two 64-key K/V tiles of 2 × 128 columns,
+    # (128·128 + 2·64·256) × 2 B = 96 KiB, two CTAs in 228 KiB: 1,320 / 264 = 5 waves
+    waves = 1 if impl == "flash3" else 5
+    assert hi - lo == pytest.approx(waves * 2e-6, rel=1e-9)
+
+
+def test_persistent_kernels_add_later_tiles_to_the_matrix_work() -> None:
+    """The serial part of a persistent kernel's later tiles is consumer-warp work, as the
+    matrix work is: where compute bounds the call it adds in full. Prefill, 8 sequences of
+    8,192 tokens, 16 heads, D = 128 (FA3 tile 128 × 128): 8 × 16 × 64 = 8,192 query tiles,
+    ⌈8,192 / 132⌉ = 63 waves on H100, 63 tile times."""
+    hw = pm.load_hardware("h100-sxm")
+    op = pm.Attention(batch=8, heads=16, seq_q=8192, seq_kv=8192, head_dim=128,
+                      impl="flash3", phase="prefill")
+
+    def overhead(tile_s: float) -> tuple[float, Any]:
+        consts = PRIORS.with_values({"attn.flash3.tile_s": tile_s,
+                                     "attn.flash3.tile_overlap": 0.0}, "test")
+        p = predict(op, hw, constants=consts)
+        return float(p.overhead_s), p
+
+    (lo, p), (hi, _) = overhead(2e-6), overhead(4e-6)
+    assert float(p.details["ctas"]) == 8 * 16 * 64
+    assert float(p.compute_s) > 5 * float(p.memory_s)
+    assert hi - lo == pytest.approx(63 * 2e-6, rel=1e-9)
+
+
+def test_tile_time_grows_with_the_head_dims_by_its_dim_share() -> None:
+    """A tile's serial time has a part proportional to D + D_v (Q load, output rescale
+    and store): with share w, t_tile = tile_s·(1 − w + w·(D + D_v)/256). One wave of
+    one-token, 4-key decode tiles (132 sequences, one head) on H100 at D = 64 and 256."""
+    hw = pm.load_hardware("h100-sxm")
+    w = 0.4
+
+    def tile_part(d: int, tile_s: float) -> float:
+        consts = PRIORS.with_values({"attn.flash3.decode_tile_s": tile_s,
+                                     "attn.tile_dim_share": w}, "test")
+        op = pm.Attention(batch=hw.compute.units, heads=1, seq_q=1, seq_kv=4, head_dim=d,
+                          impl="flash3")
+        p = predict(op, hw, constants=consts)
+        assert float(p.details["ctas"]) == hw.compute.units
+        return float(p.overhead_s)
+
+    for d in (64, 256):
+        added = tile_part(d, 3e-6) - tile_part(d, 1e-6)
+        assert added == pytest.approx(2e-6 * (1 - w + w * 2 * d / 256), rel=1e-9)
+
+
 @pytest.mark.parametrize("impl", ["trtllm-gen", "triton"])
 def test_context_kernels_do_not_pack_heads_for_one_token_prompts(impl: str) -> None:
     """trtllm-gen and SGLang's Triton kernels have context kernels of their own: a prefill

@@ -28,17 +28,23 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   e_family × the architecture's ``sync_mma_fraction`` for kernels written for Ampere
   (synchronous MMA) on Hopper and Blackwell,
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
-  per-tile time ``tile_s`` (first dependent loads, output store), of which a family's
-  pipeline hides the share h (``tile_overlap``, persistent families; 0 for the others) for
-  every tile an SM runs after its first:
-  (1 + (⌈T/slots⌉ − 1)·(1 − h))·t_tile.
+  per-tile time t_tile (first dependent loads, output store): ``tile_s`` (``decode_tile_s``
+  for one-token decode kernels) × (1 − w + w·(D + D_v)/256), the share w
+  (``attn.tile_dim_share``) being per-element work on the Q tile and the output. A
+  family's pipeline hides the share h of it (``tile_overlap``, persistent families; 0 for
+  the others) for every tile an SM runs after its first, leaving
+  t_later = (⌈T/slots⌉ − 1)·(1 − h)·t_tile. In a persistent (warp-specialised) kernel
+  that is the consumer warps' work, as the matrix work is, while the producer warps stream
+  the next tile's K/V: it adds to compute and overlaps memory. A resident kernel's waves
+  add theirs to both.
 - **Memory.** :func:`perfmodel.ops.attention.flash_bytes` (Q once, O once, K/V once per query
   tile that misses L2) + split partials, at the bandwidth the active CTAs can pull (or from
   L2 for a warm repeated call).
 - **Kernels.** The main kernel, the combine kernel when split; for the paged-KV entry point
   in decode with G > 1, two layout copies (Q in, O out).
 
-latency = overlap(compute, memory) + (1 + (⌈T/slots⌉ − 1)(1 − h))·t_tile + kernels·t_kernel.
+latency = overlap(compute + t_later, memory) + t_tile + kernels·t_kernel (persistent),
+latency = overlap(compute, memory) + t_later + t_tile + kernels·t_kernel (resident).
 
 One formula (:func:`_flash`) runs on plain floats for one shape (the scalar fast path) and
 on numpy arrays for many; both give the same numbers.
@@ -73,6 +79,7 @@ from perfmodel.timing.kernels import (
     attention_family,
     attn_constant,
     tile_efficiency,
+    tile_time_scale,
 )
 from perfmodel.timing.knobs import Knobs
 
@@ -331,13 +338,23 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         launches = launches + ops.where(packed, ops.where(group > 1, 2.0, 0.0), 0.0)
     decode_kernel = never if context_kernel else seq_q == 1
     tile_s = ops.where(decode_kernel, attn_constant(impl, "decode_tile_s", arch, consts, eng),
-                       attn_constant(impl, "tile_s", arch, consts, eng))
+                       attn_constant(impl, "tile_s", arch, consts, eng)) \
+        * tile_time_scale(d, dv, consts)
     # a persistent kernel's first tile on each SM pays tile_s whole, later ones the part its
     # producer warps do not hide by loading the next tile early (resident kernels: their
     # 1-2 CTAs per SM are the slots already)
     hidden = attn_constant(impl, "tile_overlap", arch, consts) if fam.persistent else 0.0
-    overhead = launches * env.kernel_s + (1.0 + (waves - 1.0) * (1.0 - hidden)) * tile_s
-    latency = overlap(compute, memory, k.overlap_p, ops) + overhead
+    streamed = overlap(compute, memory, k.overlap_p, ops)
+    later = (waves - 1.0) * (1.0 - hidden) * tile_s
+    if fam.persistent:
+        # later tiles' serial part is the consumer warps' work, as the matrix work is,
+        # while the producer warps stream the next tile's K/V: it adds to the compute
+        # side and overlaps the memory side
+        exposed = overlap(compute + later, memory, k.overlap_p, ops) - streamed
+    else:
+        exposed = later
+    overhead = launches * env.kernel_s + tile_s + exposed
+    latency = streamed + overhead
     flops = 2.0 * batch * heads * pairs(seq_q, seq_kv, op.causal, ops) * (d + dv)
     return {"latency_s": latency, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "launches": launches, "q_tile": q_eff,

@@ -30,7 +30,7 @@ from perfmodel.timing.constants import (
 __all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_UNSPLIT", "OVERLAPPED_SOFTMAX",
            "QUANTIZED_GEMM", "AttentionFamily", "attention_class", "attention_family",
            "attn_constant", "attn_name", "gemm_efficiency", "gemm_efficiency_name",
-           "gemm_splits_k", "tile_efficiency"]
+           "gemm_splits_k", "tile_efficiency", "tile_time_scale"]
 
 
 def gemm_efficiency_name(impl: str, quant: str) -> str:
@@ -425,6 +425,25 @@ _ATTN_CONSTANTS = {
                       "fair share BW/SMs (how many loads it keeps in flight). Prior: 1.5, the "
                       "family default of the GEMM model."),
 }
+#: The share of a tile's non-overlapped time that grows with the head dims, as every
+#: family's tile times are fitted at D = D_v = 128 (see :func:`tile_time_scale`).
+register(Param("attn.tile_dim_share", 0.0, 0.0, 1.0, "fraction",
+               "share w of an attention tile's non-overlapped time (tile_s, decode_tile_s) "
+               "that is proportional to the head dims: the Q tile's load, the rescale and "
+               "normalisation of the D_v-wide output accumulator, its conversion and store "
+               "are per-element work of a tile whatever its keys; the rest (dependent "
+               "first loads, scheduling) is not. t_tile(D, D_v) = tile_s·(1 − w + "
+               "w·(D + D_v)/256). Prior: 0 (tile time independent of the head dims).",
+               "linear"))
+
+
+def tile_time_scale(head_dim: Any, value_dim: Any, consts: Constants) -> Any:
+    """Factor of a family's tile time (fitted at D = D_v = 128) at head dims D, D_v:
+    1 − w + w·(D + D_v)/256, w = ``attn.tile_dim_share``."""
+    w = consts["attn.tile_dim_share"]
+    return 1.0 - w + w * (head_dim + value_dim) / 256.0
+
+
 #: Attention constants fitted on a linear scale (the rest in log space).
 _LINEAR = frozenset({"tile_overlap"})
 #: Kernel classes: a family's constants default to its class's (what a family never
