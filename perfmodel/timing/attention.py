@@ -342,7 +342,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         * tile_time_scale(d, dv, consts)
     # a persistent kernel's first tile on each SM pays tile_s whole, later ones the part its
     # producer warps do not hide by loading the next tile early (resident kernels: their
-    # 1-2 CTAs per SM are the slots already)
+    # CTAs resident per SM are the slots already)
     hidden = attn_constant(impl, "tile_overlap", arch, consts) if fam.persistent else 0.0
     streamed = overlap(compute, memory, k.overlap_p, ops)
     later = (waves - 1.0) * (1.0 - hidden) * tile_s
