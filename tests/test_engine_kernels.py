@@ -225,6 +225,14 @@ def test_tile_overlap_hides_the_fixed_time_of_later_tiles_in_persistent_kernels(
         assert saved == 0.0
 
 
+def _unhidden_tile(op: pm.Attention, hw: pm.HardwareSpec, what: str, tile_s: float) -> Any:
+    """``op`` predicted on ``hw`` with its family's ``what`` (tile_s, decode_tile_s) set
+    to ``tile_s`` and none of it hidden (tile_overlap 0), from the priors."""
+    consts = PRIORS.with_values({f"attn.{op.impl}.{what}": tile_s,
+                                 f"attn.{op.impl}.tile_overlap": 0.0}, "test")
+    return predict(op, hw, constants=consts)
+
+
 @pytest.mark.parametrize("impl", ["flash3", "flash2"])
 def test_persistent_kernels_run_later_tiles_under_the_memory_stream(impl: str) -> None:
     """While a persistent kernel streams K/V, its producer warps load the next tile as the
@@ -235,14 +243,8 @@ def test_persistent_kernels_run_later_tiles_under_the_memory_stream(impl: str) -
     hw = pm.load_hardware("h100-sxm")
     op = pm.Attention(batch=10 * hw.compute.units, heads=1, seq_q=1, seq_kv=16384,
                       head_dim=128, impl=impl)
-
-    def overhead(tile_s: float) -> tuple[float, Any]:
-        consts = PRIORS.with_values({f"attn.{impl}.decode_tile_s": tile_s,
-                                     f"attn.{impl}.tile_overlap": 0.0}, "test")
-        p = predict(op, hw, constants=consts)
-        return float(p.overhead_s), p
-
-    (lo, p), (hi, _) = overhead(2e-6), overhead(4e-6)
+    p = _unhidden_tile(op, hw, "decode_tile_s", 2e-6)
+    lo, hi = float(p.overhead_s), float(_unhidden_tile(op, hw, "decode_tile_s", 4e-6).overhead_s)
     assert float(p.details["splits"]) == 1
     assert float(p.memory_s) > 50 * 9 * 4e-6
     # flash2 at D = 128: Q tile 128 × 128 plus two 64-key K/V tiles of 2 × 128 columns,
@@ -259,14 +261,8 @@ def test_persistent_kernels_add_later_tiles_to_the_matrix_work() -> None:
     hw = pm.load_hardware("h100-sxm")
     op = pm.Attention(batch=8, heads=16, seq_q=8192, seq_kv=8192, head_dim=128,
                       impl="flash3", phase="prefill")
-
-    def overhead(tile_s: float) -> tuple[float, Any]:
-        consts = PRIORS.with_values({"attn.flash3.tile_s": tile_s,
-                                     "attn.flash3.tile_overlap": 0.0}, "test")
-        p = predict(op, hw, constants=consts)
-        return float(p.overhead_s), p
-
-    (lo, p), (hi, _) = overhead(2e-6), overhead(4e-6)
+    p = _unhidden_tile(op, hw, "tile_s", 2e-6)
+    lo, hi = float(p.overhead_s), float(_unhidden_tile(op, hw, "tile_s", 4e-6).overhead_s)
     assert float(p.details["ctas"]) == 8 * 16 * 64
     assert float(p.compute_s) > 5 * float(p.memory_s)
     assert hi - lo == pytest.approx(63 * 2e-6, rel=1e-9)
