@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.dtypes import bytes_per_element
+from perfmodel.dtypes import DType, bytes_per_element
 from perfmodel.engines import attention_kernel, fused_quantize, gemm_kernel, normalize_engine
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
@@ -34,6 +34,8 @@ from perfmodel.ops import Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
 from perfmodel.ops.registry import op_class
 from perfmodel.timing import RunContext, predict
+from perfmodel.timing.core import overlap
+from perfmodel.timing.knobs import knobs_for
 from perfmodel.timing.prediction import Prediction, make_prediction
 
 __all__ = ["FIELDS", "GraphTiming", "evaluate_graphs"]
@@ -94,17 +96,21 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
     return args, None, None
 
 
-def _adjust(p: Prediction, ratio: Array, hw: HardwareSpec) -> Prediction:
-    """Scale the memory part of ``p`` by ``ratio`` (see the module docstring)."""
+def _adjust(p: Prediction, ratio: Array, hw: HardwareSpec, family: str) -> Prediction:
+    """Scale the memory part of ``p`` by ``ratio`` (see the module docstring): the
+    overlapped part is recombined with the overlap the timing of op family ``family``
+    uses on ``hw`` (the hard max, or a calibrated smooth maximum of order p):
+    latency − overlap(c, m) + overlap(c, m·ratio). The stages, if any, are kept."""
     c, m = np.asarray(p.compute_s), np.asarray(p.memory_s)
     m2 = m * ratio
-    lat = np.asarray(p.latency_s) - np.maximum(c, m) + np.maximum(c, m2)
+    order = knobs_for(hw, family, cast(DType, p.dtype)).overlap_p
+    lat = np.asarray(p.latency_s) - overlap(c, m, order) + overlap(c, m2, order)
     return make_prediction(
         op=p.op, hardware=p.hardware, dtype=p.dtype, compute_s=c, memory_s=m2,
         overhead_s=p.overhead_s, latency_s=lat, flops=p.flops,
         bytes_=np.asarray(p.bytes) * ratio, bytes_min=np.asarray(p.bytes_min) * ratio,
         peak=hw.peak(p.dtype), bandwidth=hw.memory.bandwidth, ridge_point=p.ridge_point,
-        details=p.details)
+        stages=p.stages, details=p.details)
 
 
 def _flat(x: Any, shape: tuple[int, ...], size: int) -> Array:
@@ -266,7 +272,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
         with np.errstate(divide="ignore", invalid="ignore"):  # free ops (1-GPU all-reduce)
             p = predict(op, hw, context=context)
         if ratios is not None:
-            p = _adjust(p, ratios, hw)
+            p = _adjust(p, ratios, hw, "gemm" if cls is Gemm else "attention")
         vals = np.stack([_flat(getattr(p, f), (count,), count) for f in FIELDS])
         labels = np.asarray(p.bottleneck).reshape(-1)
         if labels.size != count:
