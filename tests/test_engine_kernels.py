@@ -289,6 +289,29 @@ def test_tile_time_grows_with_the_head_dims_by_its_dim_share() -> None:
         assert added == pytest.approx(2e-6 * (1 - w + w * 2 * d / 256), rel=1e-9)
 
 
+def test_decode_tile_time_grows_with_its_rows_by_its_row_share() -> None:
+    """A decode tile's serial time has a part proportional to the query rows it holds
+    (their Q load, output rescale and store): with share u, t = decode_tile_s·(1 − u +
+    u·r/8), r = the G query heads packed into the tile. One wave of one-token, 4-key
+    flash3 decode tiles on H100 (as many sequences as SMs, one KV head of G query heads,
+    D = 128: no head-dim factor), the decode tile time raised from 1 to 3 µs."""
+    hw = pm.load_hardware("h100-sxm")
+    u = 0.5
+
+    def overhead(group: int, tile_s: float) -> float:
+        consts = PRIORS.with_values({"attn.flash3.decode_tile_s": tile_s,
+                                     "attn.decode_row_share": u}, "test")
+        op = pm.Attention(batch=hw.compute.units, heads=group, kv_heads=1, seq_q=1,
+                          seq_kv=4, head_dim=128, impl="flash3")
+        p = predict(op, hw, constants=consts)
+        assert float(p.details["ctas"]) == hw.compute.units  # packed: one tile a sequence
+        return float(p.overhead_s)
+
+    for group in (1, 8, 16):
+        added = overhead(group, 3e-6) - overhead(group, 1e-6)
+        assert added == pytest.approx(2e-6 * (1 - u + u * group / 8), rel=1e-9)
+
+
 @pytest.mark.parametrize("impl", ["trtllm-gen", "triton"])
 def test_context_kernels_do_not_pack_heads_for_one_token_prompts(impl: str) -> None:
     """trtllm-gen and SGLang's Triton kernels have context kernels of their own: a prefill

@@ -30,9 +30,11 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
   per-tile time t_tile (first dependent loads, output store): ``tile_s`` (``decode_tile_s``
   for one-token decode kernels) × (1 − w + w·(D + D_v)/256), the share w
-  (``attn.tile_dim_share``) being per-element work on the Q tile and the output. A
-  family's pipeline hides the share h of it (``tile_overlap``, persistent families; 0 for
-  the others) for every tile an SM runs after its first, leaving
+  (``attn.tile_dim_share``) being per-element work on the Q tile and the output; a decode
+  tile's also × (1 − u + u·R/8), the share u (``attn.decode_row_share``) being work per
+  query row it holds (their Q load, their output rows' rescale and store; decode_tile_s
+  is an 8-row tile's). A family's pipeline hides the share h of it (``tile_overlap``,
+  persistent families; 0 for the others) for every tile an SM runs after its first, leaving
   t_later = (⌈T/slots⌉ − 1)·(1 − h)·t_tile. In a persistent (warp-specialised) kernel
   that is the consumer warps' work, as the matrix work is, while the producer warps stream
   the next tile's K/V: it adds to compute and overlaps memory. A resident kernel's waves
@@ -78,6 +80,7 @@ from perfmodel.timing.kernels import (
     AttentionFamily,
     attention_family,
     attn_constant,
+    decode_rows_scale,
     tile_efficiency,
     tile_time_scale,
 )
@@ -337,7 +340,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
         launches = launches + ops.where(packed, ops.where(group > 1, 2.0, 0.0), 0.0)
     decode_kernel = never if context_kernel else seq_q == 1
-    tile_s = ops.where(decode_kernel, attn_constant(impl, "decode_tile_s", arch, consts, eng),
+    tile_s = ops.where(decode_kernel, attn_constant(impl, "decode_tile_s", arch, consts, eng)
+                       * decode_rows_scale(rows, consts),
                        attn_constant(impl, "tile_s", arch, consts, eng)) \
         * tile_time_scale(d, dv, consts)
     # a persistent kernel's first tile on each SM pays tile_s whole, later ones the part its

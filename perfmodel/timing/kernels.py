@@ -29,8 +29,8 @@ from perfmodel.timing.constants import (
 
 __all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_UNSPLIT", "OVERLAPPED_SOFTMAX",
            "QUANTIZED_GEMM", "AttentionFamily", "attention_class", "attention_family",
-           "attn_constant", "attn_name", "gemm_efficiency", "gemm_efficiency_name",
-           "gemm_splits_k", "tile_efficiency", "tile_time_scale"]
+           "attn_constant", "attn_name", "decode_rows_scale", "gemm_efficiency",
+           "gemm_efficiency_name", "gemm_splits_k", "tile_efficiency", "tile_time_scale"]
 
 
 def gemm_efficiency_name(impl: str, quant: str) -> str:
@@ -437,11 +437,36 @@ register(Param("attn.tile_dim_share", 0.0, 0.0, 1.0, "fraction",
                "linear"))
 
 
+#: The share of a decode tile's non-overlapped time that grows with the query rows it
+#: holds (see :func:`decode_rows_scale`). One value for every family, as the head-dim
+#: share is: fitted per family (the same constants under each family's class), the two
+#: shares scored better in sample (median 9.52 % against 9.6 %) and worse for a GPU left
+#: out of the fit (B200 16.0 → 16.5 %, L40S 17.2 → 17.9 %), since most families run on
+#: one GPU of the data and a GPU left out then inherits another design's shares.
+register(Param("attn.decode_row_share", 0.0, 0.0, 1.0, "fraction",
+               "share u of a decode tile's non-overlapped time (decode_tile_s) that is "
+               "proportional to the query rows r the tile holds (the G query heads of a "
+               "KV head packed into its rows, 1 unpacked): the query rows' load and the "
+               "rescale, normalisation, conversion and store of their output rows are "
+               "work per row; the rest (dependent first loads of the keys, scheduling) is "
+               "not. Factor 1 − u + u·r/8 (decode_tile_s is the time of a tile of 8 rows). "
+               "Prior: 0 (decode tile time independent of the rows).", "linear"))
+#: Query rows of the decode tile every family's decode_tile_s stands for.
+DECODE_REF_ROWS = 8.0
+
+
 def tile_time_scale(head_dim: Any, value_dim: Any, consts: Constants) -> Any:
     """Factor of a family's tile time (fitted at D = D_v = 128) at head dims D, D_v:
     1 − w + w·(D + D_v)/256, w = ``attn.tile_dim_share``."""
     w = consts["attn.tile_dim_share"]
     return 1.0 - w + w * (head_dim + value_dim) / 256.0
+
+
+def decode_rows_scale(rows: Any, consts: Constants) -> Any:
+    """Factor of a decode tile's time (fitted for 8 query rows) at ``rows`` rows:
+    1 − u + u·rows/8, u = ``attn.decode_row_share``."""
+    u = consts["attn.decode_row_share"]
+    return 1.0 - u + u * rows / DECODE_REF_ROWS
 
 
 #: Attention constants fitted on a linear scale (the rest in log space).
