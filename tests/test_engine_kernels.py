@@ -268,24 +268,30 @@ def test_persistent_kernels_add_later_tiles_to_the_matrix_work() -> None:
     assert hi - lo == pytest.approx(63 * 2e-6, rel=1e-9)
 
 
+def _decode_wave_tile(hw: pm.HardwareSpec, head_dim: int, group: int,
+                      shares: dict[str, float]) -> float:
+    """Overhead added to one wave of one-token, 4-key flash3 decode tiles on ``hw`` (as
+    many sequences as SMs, one KV head of ``group`` query heads packed into one tile a
+    sequence) when its decode tile time goes from 1 to 3 µs, with ``shares`` set."""
+    def overhead(tile_s: float) -> float:
+        consts = PRIORS.with_values({"attn.flash3.decode_tile_s": tile_s, **shares}, "test")
+        op = pm.Attention(batch=hw.compute.units, heads=group, kv_heads=1, seq_q=1,
+                          seq_kv=4, head_dim=head_dim, impl="flash3")
+        p = predict(op, hw, constants=consts)
+        assert float(p.details["ctas"]) == hw.compute.units
+        return float(p.overhead_s)
+
+    return overhead(3e-6) - overhead(1e-6)
+
+
 def test_tile_time_grows_with_the_head_dims_by_its_dim_share() -> None:
     """A tile's serial time has a part proportional to D + D_v (Q load, output rescale
     and store): with share w, t_tile = tile_s·(1 − w + w·(D + D_v)/256). One wave of
     one-token, 4-key decode tiles (132 sequences, one head) on H100 at D = 64 and 256."""
     hw = pm.load_hardware("h100-sxm")
     w = 0.4
-
-    def tile_part(d: int, tile_s: float) -> float:
-        consts = PRIORS.with_values({"attn.flash3.decode_tile_s": tile_s,
-                                     "attn.tile_dim_share": w}, "test")
-        op = pm.Attention(batch=hw.compute.units, heads=1, seq_q=1, seq_kv=4, head_dim=d,
-                          impl="flash3")
-        p = predict(op, hw, constants=consts)
-        assert float(p.details["ctas"]) == hw.compute.units
-        return float(p.overhead_s)
-
     for d in (64, 256):
-        added = tile_part(d, 3e-6) - tile_part(d, 1e-6)
+        added = _decode_wave_tile(hw, d, 1, {"attn.tile_dim_share": w})
         assert added == pytest.approx(2e-6 * (1 - w + w * 2 * d / 256), rel=1e-9)
 
 
@@ -297,18 +303,8 @@ def test_decode_tile_time_grows_with_its_rows_by_its_row_share() -> None:
     D = 128: no head-dim factor), the decode tile time raised from 1 to 3 µs."""
     hw = pm.load_hardware("h100-sxm")
     u = 0.5
-
-    def overhead(group: int, tile_s: float) -> float:
-        consts = PRIORS.with_values({"attn.flash3.decode_tile_s": tile_s,
-                                     "attn.decode_row_share": u}, "test")
-        op = pm.Attention(batch=hw.compute.units, heads=group, kv_heads=1, seq_q=1,
-                          seq_kv=4, head_dim=128, impl="flash3")
-        p = predict(op, hw, constants=consts)
-        assert float(p.details["ctas"]) == hw.compute.units  # packed: one tile a sequence
-        return float(p.overhead_s)
-
     for group in (1, 8, 16):
-        added = overhead(group, 3e-6) - overhead(group, 1e-6)
+        added = _decode_wave_tile(hw, 128, group, {"attn.decode_row_share": u})
         assert added == pytest.approx(2e-6 * (1 - u + u * group / 8), rel=1e-9)
 
 
