@@ -107,6 +107,37 @@ def test_gp_table_reaches_predictions(h100: HardwareSpec) -> None:
         float(pm.predict(far, h100).latency_s))
 
 
+def test_gp_table_gives_each_coordinate_its_own_length_scale() -> None:
+    # the error varies along the first coordinate only; the three spread alike, so one
+    # length scale for all (or one per spread) would treat them alike
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.0, 10.0, size=(120, 3))
+    e = 0.3 * np.sin(x[:, 0])
+    h = gp_table(x, e)[0][:3]
+    assert h[1] > 4.0 * h[0]
+    assert h[2] > 4.0 * h[0]
+    q = rng.uniform(1.0, 9.0, size=(200, 3))
+    assert np.median(np.abs(gp_values(gp_table(x, e), q) - 0.3 * np.sin(q[:, 0]))) < 0.02
+
+
+def test_gp_table_with_the_regime_reaches_predictions(h100: HardwareSpec) -> None:
+    # coordinates: log2 shape (m, n, k, batch), then log2 of the uncorrected latency in µs
+    # and of FLOPs per byte moved, worked out here from the prediction
+    op = pm.Gemm(m=4096, n=4096, k=4096, dtype="bf16")
+    p = pm.predict(op, h100)
+    lat_us = float(p.latency_s) * 1e6
+    intensity = 2.0 * 4096**3 / float(p.bytes)
+    point = [12.0, 12.0, 12.0, 0.0, math.log2(lat_us), math.log2(intensity)]
+    key = "gemm/bf16" + GP_SUFFIX
+    hw = apply_params(h100, {}, {key: [[1.0] * 6 + [0.0], [*point, math.log(1.5)]]})
+    assert float(pm.predict(op, hw).latency_s) == pytest.approx(float(p.latency_s) * 1.5)
+    # one log2 unit of latency away along a length scale of 1: weight exp(-1/2)
+    shifted = [*point[:4], point[4] + 1.0, point[5]]
+    hw = apply_params(h100, {}, {key: [[1.0] * 6 + [0.0], [*shifted, math.log(1.5)]]})
+    assert float(pm.predict(op, hw).latency_s) == pytest.approx(
+        float(p.latency_s) * 1.5 ** math.exp(-0.5))
+
+
 def test_fit_auto_keeps_the_defaults_when_they_are_right(h100: HardwareSpec) -> None:
     cases = _gemm_cases()[::3]
     data = _measured(h100, cases, {}, noise=0.03, seed=2)

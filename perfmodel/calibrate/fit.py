@@ -49,9 +49,12 @@ name, and dtype) with at least ``min_rows`` rows, on the log ratios e_i = log(t_
 - ``"shape"`` (gemm and attention; streams keep size tables): the points (log2 shape, e_i)
   themselves, with the kernel width h chosen by leave-one-out over a grid and w0 = 0.1;
 - ``"gp"`` (gemm and attention; streams keep size tables): kernel ridge regression (the
-  posterior mean of a zero-mean Gaussian process) on log2 shape, r = k(x)ᵀ(K + λI)⁻¹e with
-  an RBF kernel; the length scale h and the ridge λ are chosen by closed-form leave-one-out
-  (e_i − r_{−i} = α_i / [(K + λI)⁻¹]_ii) over a grid. Far from every measured shape r → 0;
+  posterior mean of a zero-mean Gaussian process) on log2 shape and the prediction's
+  regime (log2 latency and intensity, :func:`perfmodel.timing.residual.regime_features`),
+  r = k(x)ᵀ(K + λI)⁻¹e with an RBF kernel of one length scale per coordinate; the scales
+  and the ridge λ are chosen by closed-form leave-one-out (e_i − r_{−i} =
+  α_i / [(K + λI)⁻¹]_ii): a grid, then a coordinate search (:func:`gp_table`). Far from
+  every measured point r → 0;
 - ``"scale"``: one constant per key, the median of e (a global rescaling of the key).
 
 Prior λ = ∞ (``math.inf``) means no parametric fit: the spec's defaults are kept and only
@@ -83,6 +86,7 @@ from perfmodel.timing.residual import (
     SHAPE_SUFFIX,
     residual_keys,
     shape_coordinates,
+    with_regime,
 )
 
 __all__ = [
@@ -454,44 +458,90 @@ _GP_WIDTHS = (0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 #: Length scales as multiples of each coordinate's spread over the points.
 _GP_SCALED = (0.2, 0.3, 0.45, 0.7, 1.0, 1.5)
 _GP_RIDGES = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+#: Steps of the coordinate search on one length scale (× h_j; ``None``: h_j = 1000, the
+#: coordinate plays no part), and its passes over the coordinates.
+_GP_STEPS: tuple[float | None, ...] = (0.5, 0.7, 1.4, 2.0, None)
+_GP_PASSES = 2
+#: A step is taken only if it lowers the leave-one-out error by more than this share.
+_GP_GAIN = 1e-3
+_GP_OFF = 1000.0
+#: Points on which the length scales are searched: more (a table holds up to
+#: MAX_TABLE_POINTS) are thinned for the search (:func:`thin_points`), and the final c, λ
+#: and α come from every point, so a large table's search costs what a 300-point one does.
+_GP_SEARCH_POINTS = 300
+
+
+def _gp_loo(sq_dist: Array, h: Array, es: Array, offsets: Sequence[float]
+            ) -> tuple[float, float, Array]:
+    """The best (leave-one-out error, c, α) over ``offsets`` and :data:`_GP_RIDGES` for
+    length scales ``h``, from one eigendecomposition of K (``sq_dist``: the squared
+    distances per coordinate, shape (d, n, n)); (inf, 0, 0) if it fails."""
+    kern = np.exp(-0.5 * np.tensordot(1.0 / h**2, sq_dist, axes=1))
+    try:
+        vals, vecs = np.linalg.eigh(kern)
+    except np.linalg.LinAlgError:
+        return math.inf, 0.0, np.zeros(es.size)
+    vals = np.maximum(vals, 0.0)
+    sq = vecs**2
+    best: tuple[float, float, Array] = (math.inf, 0.0, np.zeros(es.size))
+    for c in offsets:
+        proj = vecs.T @ (es - c)
+        for lam in _GP_RIDGES:
+            inv_vals = 1.0 / (vals + lam)
+            alpha = vecs @ (inv_vals * proj)
+            loo = float(np.mean(np.abs(alpha / (sq @ inv_vals))))
+            if loo < best[0]:
+                best = (loo, c, alpha)
+    return best
 
 
 def gp_table(x: Array, e: Array) -> list[list[float]]:
     """A kernel-ridge table (see :mod:`perfmodel.timing.residual`): [h_1 … h_d, c] then
-    [x_1 … x_d, α_i] per point, α = (K + λI)⁻¹(e − c). Candidates: one length scale h for
-    every coordinate (log2 units, :data:`_GP_WIDTHS`), or h_j = s·σ_j, σ_j the spread of
-    coordinate j over the points (a coordinate that does not vary gets h_j = 1000: it
-    plays no part); c = 0 (far from every point the correction fades to the parametric
-    model) or c = median(e) (it fades to the points' typical correction). The candidate
-    and λ are chosen by closed-form leave-one-out (mean |e_i − r_{−i}| = mean
-    |α_i / [(K + λI)⁻¹]_ii|, from one eigendecomposition of K per candidate). More than
+    [x_1 … x_d, α_i] per point, α = (K + λI)⁻¹(e − c).
+
+    Choice of h, c and λ by closed-form leave-one-out (mean |e_i − r_{−i}| = mean
+    |α_i / [(K + λI)⁻¹]_ii|, one eigendecomposition of K per set of length scales, every
+    c and λ from it): first a grid, one length scale for every coordinate (log2 units,
+    :data:`_GP_WIDTHS`) or h_j = s·σ_j, σ_j the spread of coordinate j over the points (a
+    coordinate that does not vary gets h_j = 1000: it plays no part); then a coordinate
+    search from the best of them, each h_j in turn tried at the steps of
+    :data:`_GP_STEPS` (switching a coordinate off included), a step kept when it lowers
+    the error by more than :data:`_GP_GAIN`, :data:`_GP_PASSES` passes (one scale per
+    coordinate: the residual may vary fast along one coordinate and not at all along
+    another). c = 0 (far from every point the correction fades to the parametric model)
+    or c = median(e) (it fades to the points' typical correction). More than
     :data:`~perfmodel._limits.MAX_TABLE_POINTS` points are thinned first
-    (:func:`thin_points`)."""
+    (:func:`thin_points`); the length scales are searched on at most
+    :data:`_GP_SEARCH_POINTS` of them."""
     xs, es = thin_points(x, e)
-    n, d = xs.shape
+    d = xs.shape[1]
     spread = xs.std(axis=0)
+    sub_x, sub_e = thin_points(xs, es, _GP_SEARCH_POINTS)
+    sq_dist = (sub_x.T[:, :, None] - sub_x.T[:, None, :]) ** 2
     scales = [np.full(d, h) for h in _GP_WIDTHS]
-    scales += [np.where(spread > 0, s * np.maximum(spread, 1e-9), 1000.0) for s in _GP_SCALED]
+    scales += [np.where(spread > 0, s * np.maximum(spread, 1e-9), _GP_OFF)
+               for s in _GP_SCALED]
     offsets = (0.0, round(float(np.median(es)), 6))
-    best: tuple[float, Array, float, Array] = (math.inf, scales[0], 0.0, np.zeros(n))
-    for h in scales:
-        z = xs / h
-        kern = np.exp(-0.5 * ((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=-1))
-        try:
-            vals, vecs = np.linalg.eigh(kern)
-        except np.linalg.LinAlgError:
-            continue
-        vals = np.maximum(vals, 0.0)
-        sq = vecs**2
-        for c in offsets:
-            proj = vecs.T @ (es - c)
-            for lam in _GP_RIDGES:
-                inv_vals = 1.0 / (vals + lam)
-                alpha = vecs @ (inv_vals * proj)
-                loo = float(np.mean(np.abs(alpha / (sq @ inv_vals))))
-                if loo < best[0]:
-                    best = (loo, h, c, alpha)
-    _, h, c, alpha = best
+    loo, c, alpha, h = math.inf, 0.0, np.zeros(sub_e.size), scales[0]
+    for cand in scales:
+        got = _gp_loo(sq_dist, cand, sub_e, offsets)
+        if got[0] < loo:
+            (loo, c, alpha), h = got, cand
+    for _ in range(_GP_PASSES):
+        moved = False
+        for j in np.flatnonzero(spread > 0):
+            for step in _GP_STEPS:
+                if step is None and h[j] >= _GP_OFF:
+                    continue
+                cand = h.copy()
+                cand[j] = _GP_OFF if step is None else h[j] * step
+                got = _gp_loo(sq_dist, cand, sub_e, offsets)
+                if got[0] < loo * (1.0 - _GP_GAIN):
+                    (loo, c, alpha), h, moved = got, cand, True
+        if not moved:
+            break
+    if sub_e.size < es.size:  # c, λ and α from every point, at the scales found
+        _, c, alpha = _gp_loo((xs.T[:, :, None] - xs.T[:, None, :]) ** 2, h, es, offsets)
     rows = [[*(float(v) for v in h), c]]
     rows.extend([*(round(float(v), 6) for v in xi), float(ai)]
                 for xi, ai in zip(xs, alpha, strict=True))
@@ -533,6 +583,8 @@ def fit_residuals(data: Dataset, hw: HardwareSpec, min_rows: int = 4,
             e = np.log(data.measured_s[idx] / pred)
             if use_shape:
                 coords = shape_coordinates(op)
+                if coords is not None and mode == "gp":
+                    coords = with_regime(coords, p)
                 x: list[Any] = [] if coords is None else list(coords)
             else:
                 size = p.flops if p.op in ("gemm", "attention") else p.bytes_min

@@ -23,12 +23,18 @@ from the first table found for the op (keys below), of one of two kinds, both fi
   which follows the measured shapes near them and falls to 0 (the parametric model) far
   from all of them; w0 sets how many nearby points it takes to trust them;
 - **kernel-ridge table**, key ``K#gp`` (gemm and attention): a first row [h_1 … h_d, c]
-  (length scales per shape coordinate, and a constant), then rows [x_1 … x_d, α_i]:
+  (length scales per coordinate, and a constant), then rows [x_1 … x_d, α_i]:
 
       r(x) = c + Σ α_i·exp(−½·Σ_j ((x_j − x_ij)/h_j)²),
 
-  the posterior mean of a Gaussian process over log shape (α = (K + λI)⁻¹(e − c)); with
-  c = 0 it too falls to the parametric model far from the measured shapes.
+  the posterior mean of a Gaussian process (α = (K + λI)⁻¹(e − c)); with c = 0 it too
+  falls to the parametric model far from the measured points. The coordinates are the log2
+  shape, optionally followed by the prediction's regime (:func:`regime_features`: log2 of
+  the uncorrected latency in µs and of its arithmetic intensity in FLOP/B); the header's
+  length says which: d = the shape's coordinates (a table of an older version), or d =
+  those + :data:`REGIME_FEATURES`. The regime places a point among those that are
+  launch-, memory- or compute-bound, which a shape's coordinates say only through
+  products (tokens × width × depth) an axis-aligned kernel follows poorly.
 
 Keys K, most specific first, for an op of dtype d: gemm ``gemm/d``; attention
 ``attention/<path>[-causal]/d`` then ``attention/d`` (path: flash2, flash3, paged, naive…);
@@ -46,11 +52,13 @@ import numpy as np
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.timing.prediction import Prediction, as_value
 
-__all__ = ["GP_SUFFIX", "SHAPE_SUFFIX", "apply_residual", "gp_values", "residual_keys",
-           "shape_coordinates"]
+__all__ = ["GP_SUFFIX", "REGIME_FEATURES", "SHAPE_SUFFIX", "apply_residual", "gp_values",
+           "regime_features", "residual_keys", "shape_coordinates", "with_regime"]
 
 SHAPE_SUFFIX = "#shape"
 GP_SUFFIX = "#gp"
+#: Coordinates :func:`regime_features` adds to a kernel-ridge table's shape coordinates.
+REGIME_FEATURES = 2
 _CHUNK = 4096
 
 
@@ -80,6 +88,27 @@ def shape_coordinates(op: Any) -> np.ndarray | None:
     fields = np.broadcast_arrays(*(np.asarray(getattr(op, n), dtype=np.float64) for n in names))
     coords: np.ndarray = np.log2(np.maximum(np.stack([f.ravel() for f in fields], axis=1), 1.0))
     return coords
+
+
+def regime_features(p: Prediction) -> np.ndarray:
+    """The regime of prediction ``p`` as coordinates, shape (rows, :data:`REGIME_FEATURES`):
+    log2(latency / 1 µs) and log2(FLOPs / bytes moved), the bytes at least 1 and the FLOPs
+    at least 1 (a streaming op's intensity is then ≤ 0), the latency at least 1 ps."""
+    lat = np.log2(np.maximum(np.asarray(p.latency_s, dtype=np.float64), 1e-12) / 1e-6)
+    intensity = np.log2(np.maximum(np.asarray(p.flops, dtype=np.float64), 1.0)
+                        / np.maximum(np.asarray(p.bytes, dtype=np.float64), 1.0))
+    a, b = np.broadcast_arrays(lat, intensity)
+    return np.stack([a.ravel(), b.ravel()], axis=1)
+
+
+def with_regime(coords: np.ndarray, p: Prediction) -> np.ndarray:
+    """Shape coordinates ``coords`` (rows, d) followed by the :func:`regime_features` of
+    their uncorrected prediction ``p``: the coordinates of a kernel-ridge table with the
+    regime, shape (rows, d + :data:`REGIME_FEATURES`)."""
+    regime = regime_features(p)
+    rows = max(coords.shape[0], regime.shape[0])
+    return np.hstack([np.broadcast_to(coords, (rows, coords.shape[1])),
+                      np.broadcast_to(regime, (rows, REGIME_FEATURES))])
 
 
 def _size_table(table: list[list[float]], x: Any) -> Any:
@@ -134,6 +163,8 @@ def apply_residual(p: Prediction, hw: HardwareSpec, extra_overhead_s: float = 0.
     for key in residual_keys(p, causal):
         gp = cal.residuals.get(key + GP_SUFFIX)
         if gp is not None and coords is not None and len(gp) > 1:
+            if len(gp[0]) == coords.shape[1] + 1 + REGIME_FEATURES:
+                coords = with_regime(coords, p)
             r = gp_values(gp, coords).reshape(np.shape(p.latency_s))
             break
         shape = cal.residuals.get(key + SHAPE_SUFFIX)
