@@ -62,3 +62,44 @@ def test_attention_construction_still_normalises() -> None:
     assert (op.impl, op.kv_dtype, op.shape) == ("flash3", "fp16", ())
     many = pm.Attention(heads=32, kv_heads=8, seq_q=np.asarray([1.0, 2.0, 3.0]))
     assert many.shape == (3,)
+
+
+@pytest.mark.parametrize(("model", "gpu", "engine", "dtypes"), [
+    ("llama-2-7b", "a100-80gb-sxm", "none", {}),
+    # fp8 weights on a GPU without fp8 matmul: the weight-only stand-in and its traffic ratio
+    ("llama-3.1-8b", "a100-80gb-sxm", "none", {"weight": "fp8", "kv": "fp8"}),
+    ("llama-3.1-8b", "h100-sxm", "trtllm", {"weight": "fp8", "kv": "fp8"}),
+    ("mixtral-8x7b", "b200", "vllm", {}),
+])
+def test_small_op_groups_shape_by_shape_equal_one_vectorised_call(
+        model: str, gpu: str, engine: str, dtypes: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # evaluate_graphs predicts a group of a few instances shape by shape on floats; with
+    # the threshold at 0 every group takes the vectorised call: both must agree
+    from perfmodel.models import evaluate
+    from perfmodel.models.graph import Dtypes, decode_graph, prefill_graph
+
+    cfg, hw = pm.load_model(model), pm.load_hardware(gpu)
+    dt = Dtypes(**dtypes)  # type: ignore[arg-type]
+    ctx = np.array([[1025.0, 1600.0, 2300.0]])
+    graphs = [(prefill_graph(cfg, np.asarray(2.0), np.asarray(1024.0), 0, 1, dt), ()),
+              (decode_graph(cfg, np.asarray([[1.0], [8.0]]), ctx, 1, dt), (2, 3))]
+    calls: list[type] = []
+    shape_by_shape = evaluate._group_scalar
+
+    def spy(cls: type, *args: Any) -> None:
+        calls.append(cls)
+        shape_by_shape(cls, *args)
+
+    monkeypatch.setattr(evaluate, "_group_scalar", spy)
+    scalar, notes = evaluate.evaluate_graphs(graphs, hw, engine)
+    assert pm.Gemm in calls
+    assert pm.Attention in calls
+    monkeypatch.setattr(evaluate, "_SCALAR_MAX", 0)
+    vector, vector_notes = evaluate.evaluate_graphs(graphs, hw, engine)
+    assert notes == vector_notes
+    for a, b in zip(scalar, vector, strict=True):
+        assert a.kinds == b.kinds
+        np.testing.assert_array_equal(a.bottleneck, b.bottleneck)
+        for field in evaluate.FIELDS:
+            np.testing.assert_allclose(a.values[field], b.values[field], rtol=1e-12, atol=0)

@@ -2,8 +2,11 @@
 
 Ops of the same type and static arguments (dtype, kind, causal...) are gathered from every
 graph passed in, their shape fields flattened and concatenated, and predicted in one
-:func:`perfmodel.predict` call; a prefill graph, a decode graph over several context
-points and a 1,000-point sweep all cost one call per op group.
+:func:`perfmodel.predict` call; a decode graph over many context points and a 1,000-point
+sweep cost one call per op group. A group of a few instances (one prediction of a model:
+a prefill and a few decode points) is predicted instead shape by shape on the scalar path,
+each distinct shape once (:data:`_SCALAR_MAX`): the same figures, with fewer numpy calls
+on tiny arrays.
 
 Dtype fallbacks, decided here because they depend on the GPU:
 
@@ -30,7 +33,7 @@ from perfmodel.dtypes import DType, bytes_per_element
 from perfmodel.engines import attention_kernel, fused_quantize, gemm_kernel, normalize_engine
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
-from perfmodel.ops import Attention, Gemm, Op, Rotary
+from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
 from perfmodel.ops.registry import op_class
 from perfmodel.timing import RunContext, predict
@@ -169,6 +172,62 @@ def _distinct(flat: dict[str, Array], ratio: Array | None, total: int
     return out, new_ratio, inverse.reshape(-1)
 
 
+#: Instances of one op group up to which whole-model evaluation predicts each distinct shape
+#: on the scalar path (plain floats, one prediction per shape) instead of one vectorised
+#: call: a generate prediction's groups hold 6–30 instances of a few distinct shapes, and a
+#: vectorised call on so few costs about what 15 scalar ones do (its numpy calls on tiny
+#: arrays). The two paths agree to 1e-12 (``tests/test_scalar_paths.py``).
+_SCALAR_MAX = 64
+
+
+def _column(x: Any, shape: tuple[int, ...], size: int) -> list[float]:
+    """``x`` broadcast to ``shape``, flattened, as plain floats (fast for a scalar)."""
+    if type(x) is float or type(x) is int:
+        return [float(x)] * size
+    a = np.asarray(x, dtype=np.float64)
+    if a.size == 1:
+        return [a.item()] * size
+    out: list[float] = (a if a.shape == shape else np.broadcast_to(a, shape)).ravel().tolist()
+    return out
+
+
+def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
+                  group: list[tuple[int, int, dict[str, Any], Any]],
+                  graphs: list[tuple[list[GraphOp], tuple[int, ...]]], hw: HardwareSpec,
+                  context: RunContext | None, out_vals: list[Array], out_labels: list[Any],
+                  kinds: list[list[str]]) -> None:
+    """Predict a small op group shape by shape on plain floats (:data:`_SCALAR_MAX`): each
+    distinct (shape fields, traffic ratio) once, written into every instance's column."""
+    shape_f = _shape_fields(cls)
+    done: dict[tuple[float, ...], tuple[list[float], str]] = {}
+    name = ""
+    for gi, oi, args, ratio in group:
+        shape = graphs[gi][1]
+        size = math.prod(shape)
+        names = [k for k in args if k in shape_f]
+        cols = [_column(args[k], shape, size) for k in names]
+        ratios = None if ratio is None else _column(ratio, shape, size)
+        values: list[list[float]] = []
+        labels: list[str] = []
+        for point, fields in enumerate(zip(*cols, strict=True) if cols else [()] * size):
+            r = None if ratios is None else ratios[point]
+            key = (*fields, math.nan if r is None else r)
+            hit = done.get(key)
+            if hit is None:
+                op: Op = cls(**dict(static), **dict(zip(names, fields, strict=True)))
+                p = predict(op, hw, context=context)
+                if r is not None:
+                    p = _adjust(p, np.asarray(r), hw, "gemm" if cls is Gemm else "attention")
+                hit = done[key] = ([float(getattr(p, f)) for f in FIELDS], str(p.bottleneck))
+                name = op.name
+            values.append(hit[0])
+            labels.append(hit[1])
+        if values:
+            out_vals[gi][:, oi] = np.asarray(values).T
+            out_labels[gi][oi] = labels
+        kinds[gi][oi] = name or op_class(cls).name
+
+
 def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, str | None]:
     """``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`): its attention
     kernel with the KV-cache write (and, for TensorRT-LLM, RoPE) in a pre-processing
@@ -256,6 +315,9 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
     for (cls, static), group in members.items():
         shape_f = _shape_fields(cls)
         sizes = [math.prod(graphs[gi][1]) for gi, _, _, _ in group]
+        if 0 < sum(sizes) <= _SCALAR_MAX and cls is not AllReduce:
+            _group_scalar(cls, static, group, graphs, hw, context, out_vals, out_labels, kinds)
+            continue
         flat: dict[str, Array] = {}
         for name in sorted({k for _, _, args, _ in group for k in args if k in shape_f}):
             flat[name] = np.concatenate([
