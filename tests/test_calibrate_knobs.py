@@ -107,6 +107,27 @@ def test_gp_table_reaches_predictions(h100: HardwareSpec) -> None:
         float(pm.predict(far, h100).latency_s))
 
 
+def test_an_attention_table_of_one_mask_corrects_the_other(h100: HardwareSpec) -> None:
+    # a calibration whose attention rows were all non-causal: its table on the same kernel
+    # path still corrects a causal call (before: no table matched, no correction at all);
+    # a table of the call's own mask comes first
+    causal = pm.Attention(batch=2, heads=16, seq_q=2048, seq_kv=2048, head_dim=128,
+                          causal=True, impl="flash3")
+    point = [1.0, 4.0, 4.0, 11.0, 11.0, 7.0]  # log2 of batch, heads, kv heads, S_q, S_kv, D
+    plain = float(pm.predict(causal, h100).latency_s)
+
+    def with_tables(tables: dict[str, float]) -> float:
+        hw = apply_params(h100, {}, {
+            key + GP_SUFFIX: [[1.0] * 6 + [0.0], [*point, math.log(factor)]]
+            for key, factor in tables.items()})
+        return float(pm.predict(causal, hw).latency_s)
+
+    assert with_tables({"attention/flash3/bf16": 1.5}) == pytest.approx(plain * 1.5)
+    assert with_tables({"attention/flash3/bf16": 1.5, "attention/flash3-causal/bf16": 0.8}) \
+        == pytest.approx(plain * 0.8)
+    assert with_tables({"attention/flash2/bf16": 1.5}) == pytest.approx(plain)
+
+
 def test_gp_table_gives_each_coordinate_its_own_length_scale() -> None:
     # the error varies along the first coordinate only; the three spread alike, so one
     # length scale for all (or one per spread) would treat them alike

@@ -37,7 +37,8 @@ from the first table found for the op (keys below), of one of two kinds, both fi
   products (tokens × width × depth) an axis-aligned kernel follows poorly.
 
 Keys K, most specific first, for an op of dtype d: gemm ``gemm/d``; attention
-``attention/<path>[-causal]/d`` then ``attention/d`` (path: flash2, flash3, paged, naive…);
+``attention/<path>[-causal]/d``, then the same path with the other mask, then
+``attention/d`` (path: flash2, flash3, paged, naive…);
 streaming ops ``stream/<op name>/d`` then ``stream/d``. For each K the kernel-ridge table is tried
 first, then the shape table, then the size table.
 """
@@ -63,13 +64,19 @@ _CHUNK = 4096
 
 
 def residual_keys(p: Prediction, causal: bool = False) -> tuple[str, ...]:
-    """Table keys for prediction ``p``, most specific first (empty for collectives)."""
+    """Table keys for prediction ``p``, most specific first (empty for collectives).
+
+    Attention: its kernel path with its mask, then the same path with the other mask (a
+    calibration whose rows were all causal, or none, still corrects the other kind on the
+    same kernel: the masked tiles are in the uncorrected prediction and in its regime
+    coordinates), then the dtype's."""
     d = p.dtype
     if p.op == "gemm":
         return (f"gemm/{d}",)
     if p.op == "attention":
-        path = str(p.details.get("impl", "flash")) + ("-causal" if causal else "")
-        return (f"attention/{path}/{d}", f"attention/{d}")
+        path = str(p.details.get("impl", "flash"))
+        own, other = (f"{path}-causal", path) if causal else (path, f"{path}-causal")
+        return (f"attention/{own}/{d}", f"attention/{other}/{d}", f"attention/{d}")
     if p.op == "allreduce":
         return ()
     return (f"stream/{p.op}/{d}", f"stream/{d}")
