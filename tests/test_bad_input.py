@@ -485,6 +485,15 @@ SPEC_CASES: list[tuple[str, str | bytes, str]] = [
     ("calibration residual table of 3,000 rows",
      _spec("calibration: {date: x, device: x, points: 1, residuals: {'gemm/bf16#gp': ["
            + ", ".join(["[1, 2, 3, 4, 0.1]"] * 3000) + "]}}\n"), "MAX_RESIDUAL_ROWS"),
+    ("calibration residual table holding a NaN (every prediction it touches would be NaN)",
+     _spec("calibration: {date: x, device: x, points: 1, residuals: {'gemm/bf16#gp': "
+           "[[1, 1, 1, 1, .nan], [12, 12, 12, 0, 0.1]]}}\n"), "calibration.residuals.gemm/bf16#gp"),
+    ("calibration constant of infinity",
+     _spec("calibration: {date: x, device: x, points: 1, constants: {graph_kernel_s: .inf}}\n"),
+     "calibration.constants.graph_kernel_s"),
+    ("calibration parameter of NaN",
+     _spec("calibration: {date: x, device: x, points: 1, params: {gemm/bf16: "
+           "{compute_fraction: .nan}}}\n"), "calibration.params.gemm/bf16.compute_fraction"),
 ]
 
 

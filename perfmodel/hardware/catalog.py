@@ -11,6 +11,7 @@ import contextvars
 import difflib
 import functools
 import logging
+import math
 import os
 import stat
 import time
@@ -441,7 +442,29 @@ def spec_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> HardwareS
            for key, rows in tables.items() if len(rows) > MAX_RESIDUAL_ROWS]
     if big:
         raise SpecError(source, big)
+    bad = _non_finite_calibration(spec)
+    if bad:
+        raise SpecError(source, bad)
     return spec
+
+
+def _non_finite_calibration(spec: HardwareSpec) -> list[str]:
+    """The calibrated numbers of ``spec`` that are not finite (NaN or ±inf), each named:
+    one of them would make every prediction it touches NaN or infinite, silently."""
+    cal = spec.calibration
+    if cal is None:
+        return []
+    fix = "; refit with 'perfmodel calibrate fit', or remove the value"
+    out = [f"calibration.residuals.{clip_message(key, 60)}: row {i} holds {value!r}{fix}"
+           for key, rows in cal.residuals.items()
+           for i, row in enumerate(rows) for value in row
+           if not math.isfinite(value)][:1]
+    out += [f"calibration.params.{clip_message(key, 40)}.{clip_message(name, 40)}: "
+            f"{value!r}{fix}" for key, figures in cal.params.items()
+            for name, value in figures.items() if not math.isfinite(value)][:1]
+    out += [f"calibration.constants.{clip_message(name, 60)}: {value!r}{fix}"
+            for name, value in cal.constants.items() if not math.isfinite(value)][:1]
+    return out
 
 
 #: Loaded spec files by absolute path as given: (the files read with their (mtime_ns,
