@@ -181,13 +181,10 @@ _SCALAR_MAX = 64
 
 
 def _column(x: Any, shape: tuple[int, ...], size: int) -> list[float]:
-    """``x`` broadcast to ``shape``, flattened, as plain floats (fast for a scalar)."""
+    """:func:`_flat` of ``x`` as plain floats (a Python number without numpy)."""
     if type(x) is float or type(x) is int:
         return [float(x)] * size
-    a = np.asarray(x, dtype=np.float64)
-    if a.size == 1:
-        return [a.item()] * size
-    out: list[float] = (a if a.shape == shape else np.broadcast_to(a, shape)).ravel().tolist()
+    out: list[float] = _flat(x, shape, size).tolist()
     return out
 
 
