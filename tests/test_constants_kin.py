@@ -13,7 +13,7 @@ from perfmodel.calibrate.constants import Stage, fit_public
 from perfmodel.measurements import Measurement, MeasurementSet
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import KIN, PARAMS, Constants
-from perfmodel.timing.kernels import ATTENTION_FAMILIES, attention_class
+from perfmodel.timing.kernels import _ATTN_CONSTANTS, ATTENTION_FAMILIES, attention_class
 from perfmodel.validation import prepare
 
 GRAPH = RunContext(launch="graph")
@@ -21,12 +21,45 @@ EFF = "attn.{}.efficiency"
 
 
 def test_declared_kin_are_families_of_the_same_class() -> None:
+    """Kin of the same class stand in for anything their kin_excludes allow; a kin of the
+    other class (trtllm-gen's XQA) only for the decode tile time, since rates, bandwidth
+    and the pipeline's overlap differ between persistent and resident kernels."""
     assert KIN  # FlashInfer's FA2 templates, FA4, the paged entry point, FlashInfer SM100
     for fam in ATTENTION_FAMILIES.values():
         for other in fam.kin:
             assert other in ATTENTION_FAMILIES
             assert other != fam.name
-            assert attention_class(ATTENTION_FAMILIES[other]) == attention_class(fam)
+            if attention_class(ATTENTION_FAMILIES[other]) != attention_class(fam):
+                shared = set(_ATTN_CONSTANTS) - set(fam.kin_excludes)
+                assert shared == {"decode_tile_s"}, (fam.name, other, shared)
+
+
+def test_trtllm_gen_decode_tiles_are_xqas_until_measured() -> None:
+    """TensorRT-LLM's Blackwell generation kernels replace XQA: an unmeasured trtllm-gen
+    takes XQA's decode tile time, engine for engine, and nothing else of XQA's."""
+    c = Constants({"attn.xqa.decode_tile_s": 4e-6, "attn.xqa.decode_tile_s.hopper": 3e-6,
+                   EFF.format("xqa"): 0.5, "attn.xqa.cta_bandwidth": 0.6,
+                   "attn.persistent.tile_s": 7e-6, EFF.format("persistent"): 1.2,
+                   "attn.persistent.cta_bandwidth": 1.9})
+    gen = "attn.trtllm-gen."
+    assert c[gen + "decode_tile_s.blackwell.vllm"] == 4e-6
+    assert c[gen + "decode_tile_s.hopper"] == 3e-6
+    assert "kin kernel family" in c.provenance(gen + "decode_tile_s.blackwell")
+    assert c[gen + "efficiency.blackwell.trtllm"] == 1.2  # the persistent class's
+    assert c[gen + "cta_bandwidth.blackwell"] == 1.9
+    assert c[gen + "tile_s.blackwell"] == 7e-6
+    # through a prediction: a B200 decode call of TensorRT-LLM moves with XQA's decode
+    # tile time and not with XQA's rate
+    op = pm.Attention(batch=64, heads=32, kv_heads=8, seq_q=1, seq_kv=2048, head_dim=128,
+                      phase="decode", impl="trtllm-gen")
+    ctx = RunContext(launch="graph", engine="trtllm")
+
+    def t(table: dict[str, float]) -> float:
+        return float(predict(op, "b200", context=ctx, constants=Constants(table)).latency_s)
+
+    base = {"attn.xqa.decode_tile_s": 4e-6, EFF.format("xqa"): 0.5}
+    assert t({**base, "attn.xqa.decode_tile_s": 12e-6}) > t(base) + 7e-6
+    assert t({**base, EFF.format("xqa"): 0.05}) == pytest.approx(t(base), rel=1e-12)
 
 
 def test_an_unmeasured_family_takes_its_kins_values_case_for_case() -> None:
@@ -109,3 +142,4 @@ def test_kin_does_not_stand_in_where_the_designs_differ() -> None:
     # the paged entry point is FA2's own kernel: it takes all of FA2's
     assert c["attn.paged.cta_bandwidth.ampere"] == 0.7
     assert c["attn.paged.decode_tile_s.ampere"] == 9e-6
+

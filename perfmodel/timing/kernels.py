@@ -319,7 +319,14 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "kernels run one tile per (sequence, query head, query tile) (on "
                     "AIConfigurator's B200 rows one-token prompts cost ~21 ns per (sequence, "
                     "query head) whatever the KV heads: 341 µs at 256 × 64 heads, one KV head "
-                    "or four); " + _BIG_D, prefill_packs=False),
+                    "or four); its generation kernels replace XQA, TensorRT-LLM's decode "
+                    "kernels before Blackwell (the same packing of a KV head's query heads, "
+                    "the same multi-block split), whose non-overlapped decode tile time is "
+                    "the one they take until measured (their rates, prefill tiles and "
+                    "bandwidth follow the persistent class); " + _BIG_D, prefill_packs=False,
+                    kin=("xqa",), kin_excludes=("efficiency", "fp8_efficiency", "tile_s",
+                                                "dequant_ops", "tile_overlap",
+                                                "cta_bandwidth")),
     AttentionFamily("flashinfer", False, ((_ANY, 128, 128, 64), (_ANY, 1e9, 128, 32)),
                     "always", "auto",
                     "FlashInfer FA2-template prefill (CTA tile 128 query rows, KV tile 64, 32 "
