@@ -907,3 +907,34 @@ def test_an_unmeasured_quantized_scheme_takes_the_engines_other_schemes_costs() 
         pytest.approx(4e-6)
     assert call_fixed_s("vllm", "gemm-none", pooled, "hopper", "auto") == 0.0
     assert call_fixed_s("trtllm", "gemm-nvfp4", pooled, "blackwell", "cutlass") == 0.0
+
+
+def test_an_unmeasured_fp8_attention_call_costs_the_engines_bf16_call() -> None:
+    """An fp8 attention call runs the engine's bf16 bookkeeping plus its own (quantizing
+    the query): until measured with that engine it costs the engine's bf16 call of the
+    same phase, not 0; measured fp8 calls keep their own values and do not move the bf16
+    ones (the fp8 kind is not a case of the bf16 kind)."""
+    from perfmodel.calibrate.constants import pool_parents
+    from perfmodel.timing.engine_costs import call_fixed_s, call_row_s
+
+    fitted = Constants().with_values({
+        call_name("vllm", "attention-prefill.flash3") + ".hopper": 2e-6,
+        row_name("vllm", "attention-prefill.flash3") + ".hopper": 1e-7,
+        call_name("vllm", "attention-decode.flash3") + ".hopper": 5e-6,
+        call_name("trtllm", "attention-prefill-fp8.fmha-v2-sm90") + ".hopper": 9e-6,
+        call_name("trtllm", "attention-prefill.fmha-v2-sm90") + ".hopper": 3e-6,
+    }, "test")
+    pooled = pool_parents(fitted, "test")
+    for kind, call in (("attention-prefill", 2e-6), ("attention-decode", 5e-6)):
+        assert call_fixed_s("vllm", kind + "-fp8", pooled, "blackwell", "trtllm-gen") == \
+            pytest.approx(call)
+    assert call_row_s("vllm", "attention-prefill-fp8", pooled, "blackwell", "trtllm-gen") \
+        == pytest.approx(1e-7)
+    # a measured fp8 kind keeps its own value; the bf16 kind stays its own cases' mean
+    assert call_fixed_s("trtllm", "attention-prefill-fp8", pooled, "blackwell",
+                        "trtllm-gen") == pytest.approx(9e-6)
+    assert call_fixed_s("trtllm", "attention-prefill", pooled, "blackwell",
+                        "trtllm-gen") == pytest.approx(3e-6)
+    # another engine's values do not leak in
+    assert call_fixed_s("sglang", "attention-prefill-fp8", pooled, "blackwell",
+                        "trtllm-gen") == 0.0
