@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 import perfmodel as pm
-from perfmodel.calibrate.constants import Stage, fit_public
+from perfmodel.calibrate.constants import Stage, fit_public, pool_parents
 from perfmodel.measurements import Measurement, MeasurementSet
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import KIN, PARAMS, Constants
@@ -143,3 +143,20 @@ def test_kin_does_not_stand_in_where_the_designs_differ() -> None:
     assert c["attn.paged.cta_bandwidth.ampere"] == 0.7
     assert c["attn.paged.decode_tile_s.ampere"] == 9e-6
 
+
+def test_triton_does_not_set_its_classs_values() -> None:
+    """Triton's fitted constants (its compiler's fp8 conversion: 10-33 operations per
+    element on AIConfigurator's rows, against ~2 for the CUDA kernels) describe Triton
+    only: pooling leaves the resident class to the hand-written kernels, so an
+    unmeasured CUDA kernel never inherits Triton's conversion cost."""
+    fitted = {"attn.triton.dequant_ops.hopper": 30.0, "attn.triton.dequant_ops": 30.0,
+              "attn.fmha-v2.dequant_ops.ada": 2.0, "attn.fmha-v2.dequant_ops": 2.0}
+    pooled = pool_parents(Constants(fitted), "test")
+    assert pooled["attn.resident.dequant_ops"] == pytest.approx(2.0)
+    assert pooled["attn.triton.dequant_ops"] == pytest.approx(30.0)  # its own stands
+    # with only Triton measured, the class keeps its prior
+    only = pool_parents(Constants({"attn.triton.dequant_ops": 30.0}), "test")
+    assert only["attn.resident.dequant_ops"] == PARAMS["attn.resident.dequant_ops"].default
+    # the other resident families do pool (the geometric mean of their values)
+    both = pool_parents(Constants({**fitted, "attn.flashinfer.dequant_ops": 8.0}), "test")
+    assert both["attn.resident.dequant_ops"] == pytest.approx(4.0)

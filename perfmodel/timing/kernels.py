@@ -167,6 +167,11 @@ class AttentionFamily:
         (16) unless the kernel's smallest query tile is larger (FlashAttention-2's split-KV
         kernel fixes 64 rows for every head dim, so a decode tile of a few packed query
         heads costs 64 rows of MMA work).
+    pools_into_class:
+        Whether its fitted constants count towards its class's (the values a family nobody
+        measured inherits). False for kernels a compiler generates from a high-level
+        language (Triton): their rates and conversion costs are that compiler's code
+        generation, not what the class's hand-written CUDA kernels of that design run at.
     resident:
         CTAs of the kernel's base size resident per SM where its launch, not its shared
         memory, sets residency (TensorRT-LLM's masked-MHA kernel: 256-thread CTAs, 32 warps
@@ -195,6 +200,7 @@ class AttentionFamily:
     min_rows: float = 16.0
     split_slots: float = 1.0
     resident: float = 0.0
+    pools_into_class: bool = True
     split_block: tuple[tuple[float, float], ...] = ()
 
     @property
@@ -376,7 +382,7 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
         "family's bf16 rate is 0.81 (Ada), 0.79 (Blackwell), 0.49 (Hopper, head dim 512) "
         "of the achievable one, against 0.82 / 0.20 / 0.26 without it" + _SYNC,
         max_splits=8.0,
-        prefill_packs=False, sync_mma=True),
+        prefill_packs=False, sync_mma=True, pools_into_class=False),
 )})
 
 
@@ -512,7 +518,8 @@ for _f in ATTENTION_FAMILIES.values():
                        f"{_f.name}: {_doc} Until fitted: as its class "
                        f"({attention_class(_f)}).",
                        "linear" if _what in _LINEAR else "log", parent=_parent,
-                       pooled=_what not in ("fp8_efficiency", "decode_tile_s")))
+                       pooled=_f.pools_into_class
+                       and _what not in ("fp8_efficiency", "decode_tile_s")))
         register(*(Param(arch_name(attn_name(_f.name, _what), a), _d, _lo, _hi, _unit,
                          f"{attn_name(_f.name, _what)} on {a} GPUs.",
                          "linear" if _what in _LINEAR else "log",
