@@ -25,7 +25,7 @@ from perfmodel.engines import (
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import Constants
 from perfmodel.timing.core import make_env
-from perfmodel.timing.engine_costs import call_name, row_name
+from perfmodel.timing.engine_costs import call_fixed_s, call_name, call_row_s, row_name
 from perfmodel.timing.kernels import attention_family, tile_efficiency
 from perfmodel.timing.knobs import knobs_for
 
@@ -883,21 +883,25 @@ def test_cli_refuses_trtllm_on_amd(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.count("\n") == 1
 
 
+def _pooled(fitted: dict[str, float]) -> Constants:
+    """A table of fitted engine-call constants with every parent pooled from them, as a
+    fit leaves it (:func:`perfmodel.calibrate.constants.pool_parents`)."""
+    from perfmodel.calibrate.constants import pool_parents
+
+    return pool_parents(Constants().with_values(fitted, "test"), "test")
+
+
 def test_an_unmeasured_quantized_scheme_takes_the_engines_other_schemes_costs() -> None:
     """The bookkeeping around a quantized GEMM is the engine's: a scheme it was never
     measured with (here nvfp4) inherits the mean of its measured schemes' fixed and
     per-row costs, not 0; another engine's values do not leak in."""
-    from perfmodel.calibrate.constants import pool_parents
-    from perfmodel.timing.engine_costs import call_fixed_s, call_row_s
-
-    fitted = Constants().with_values({
+    pooled = _pooled({
         call_name("vllm", "gemm-per-tensor.cutlass") + ".hopper": 2e-6,
         call_name("vllm", "gemm-block.deepgemm") + ".hopper": 4e-6,
         row_name("vllm", "gemm-per-tensor.cutlass") + ".hopper": 1e-7,
         row_name("vllm", "gemm-block.deepgemm") + ".hopper": 3e-7,
         call_name("sglang", "gemm-per-channel.cutlass") + ".hopper": 9e-6,
-    }, "test")
-    pooled = pool_parents(fitted, "test")
+    })
     assert call_fixed_s("vllm", "gemm-nvfp4", pooled, "blackwell", "cutedsl") == \
         pytest.approx(3e-6)
     assert call_row_s("vllm", "gemm-nvfp4", pooled, "blackwell", "cutedsl") == \
@@ -914,17 +918,13 @@ def test_an_unmeasured_fp8_attention_call_costs_the_engines_bf16_call() -> None:
     the query): until measured with that engine it costs the engine's bf16 call of the
     same phase, not 0; measured fp8 calls keep their own values and do not move the bf16
     ones (the fp8 kind is not a case of the bf16 kind)."""
-    from perfmodel.calibrate.constants import pool_parents
-    from perfmodel.timing.engine_costs import call_fixed_s, call_row_s
-
-    fitted = Constants().with_values({
+    pooled = _pooled({
         call_name("vllm", "attention-prefill.flash3") + ".hopper": 2e-6,
         row_name("vllm", "attention-prefill.flash3") + ".hopper": 1e-7,
         call_name("vllm", "attention-decode.flash3") + ".hopper": 5e-6,
         call_name("trtllm", "attention-prefill-fp8.fmha-v2-sm90") + ".hopper": 9e-6,
         call_name("trtllm", "attention-prefill.fmha-v2-sm90") + ".hopper": 3e-6,
-    }, "test")
-    pooled = pool_parents(fitted, "test")
+    })
     for kind, call in (("attention-prefill", 2e-6), ("attention-decode", 5e-6)):
         assert call_fixed_s("vllm", kind + "-fp8", pooled, "blackwell", "trtllm-gen") == \
             pytest.approx(call)

@@ -471,11 +471,17 @@ _GP_OFF = 1000.0
 _GP_SEARCH_POINTS = 300
 
 
+def _sq_dist(x: Array) -> Array:
+    """Squared distances per coordinate between the points ``x`` (n, d): shape (d, n, n)."""
+    out: Array = (x.T[:, :, None] - x.T[:, None, :]) ** 2
+    return out
+
+
 def _gp_loo(sq_dist: Array, h: Array, es: Array, offsets: Sequence[float]
             ) -> tuple[float, float, Array]:
     """The best (leave-one-out error, c, α) over ``offsets`` and :data:`_GP_RIDGES` for
-    length scales ``h``, from one eigendecomposition of K (``sq_dist``: the squared
-    distances per coordinate, shape (d, n, n)); (inf, 0, 0) if it fails."""
+    length scales ``h``, from one eigendecomposition of K (``sq_dist``: :func:`_sq_dist`
+    of the points); (inf, 0, 0) if it fails."""
     kern = np.exp(-0.5 * np.tensordot(1.0 / h**2, sq_dist, axes=1))
     try:
         vals, vecs = np.linalg.eigh(kern)
@@ -517,7 +523,7 @@ def gp_table(x: Array, e: Array) -> list[list[float]]:
     d = xs.shape[1]
     spread = xs.std(axis=0)
     sub_x, sub_e = thin_points(xs, es, _GP_SEARCH_POINTS)
-    sq_dist = (sub_x.T[:, :, None] - sub_x.T[:, None, :]) ** 2
+    sq_dist = _sq_dist(sub_x)
     scales = [np.full(d, h) for h in _GP_WIDTHS]
     scales += [np.where(spread > 0, s * np.maximum(spread, 1e-9), _GP_OFF)
                for s in _GP_SCALED]
@@ -541,7 +547,7 @@ def gp_table(x: Array, e: Array) -> list[list[float]]:
         if not moved:
             break
     if sub_e.size < es.size:  # c, λ and α from every point, at the scales found
-        _, c, alpha = _gp_loo((xs.T[:, :, None] - xs.T[:, None, :]) ** 2, h, es, offsets)
+        _, c, alpha = _gp_loo(_sq_dist(xs), h, es, offsets)
     rows = [[*(float(v) for v in h), c]]
     rows.extend([*(round(float(v), 6) for v in xi), float(ai)]
                 for xi, ai in zip(xs, alpha, strict=True))
