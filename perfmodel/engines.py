@@ -149,7 +149,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
     FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
     SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
-    trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada. Over an fp8 KV cache
+    trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
+    GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build). Over an fp8 KV cache
     some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
@@ -211,10 +212,20 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
     if arch == "ada":
         return AttentionChoice("flashinfer", source=_AIC,
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
+    if arch == "blackwell-consumer":
+        return AttentionChoice("flashinfer", source=_SM120_ATTENTION,
+                               tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
     # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
     # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
     return AttentionChoice("flash3", source=_AIC + "; sgl-kernel's FlashAttention-3, SM8x build")
 
+
+#: Why SGLang runs FlashInfer on SM120: trtllm-gen's kernels need SM100's tcgen05 (only
+#: SM100/SM103 cubins exist) and sgl-kernel's FlashAttention-3 is built for SM80-SM90, so
+#: SGLang routes SM120 to its FlashInfer backend (sgl-project/sglang PR 12325, "trtllm
+#: backend don't support sm120, we need to use flashinfer backend instead"; PR 18758).
+_SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 18758: " \
+                   "no trtllm-gen or FA3 kernels for SM120)"
 
 #: Most query heads per KV head TensorRT-LLM's generation kernels (XQA before Blackwell,
 #: trtllm-gen on it) take; larger groups run its masked-MHA kernel. Observed in
