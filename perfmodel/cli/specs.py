@@ -307,18 +307,31 @@ def _peak_lines(hw: HardwareSpec) -> list[str]:
               "ridge: datasheet", "achievable"]
     rows: list[list[str]] = []
     achievable = achievable_ridge_points(hw)
+    cut = any(pk.full_rate_flops_per_clock_per_unit is not None for pk in hw.peaks.values())
+    if cut:
+        header.append("share of design")
     for dt, pk in hw.peaks.items():
         per_clock = pk.flops_per_clock_per_unit
         rows.append([
             dt, _rate(pk.peak, dt), pk.unit,
             "-" if per_clock is None else f"{per_clock:g}",
             _rate(pk.sparse_peak, dt), f"{hw.ridge_point(dt):.1f}", f"{achievable[dt]:.1f}",
-        ])
+        ] + ([f"{hw.tensor_share(dt):.3g}" if pk.unit == "tensor" else "-"] if cut else []))
     lines = ["peaks (dense)"]
     lines.extend("  " + line for line in _table(header, rows, right=(5, 6)))
+    if cut:
+        lines.extend(textwrap.wrap(SHARE_NOTE, width=96, initial_indent="  ",
+                                   subsequent_indent="  "))
     lines.extend(textwrap.wrap(RIDGE_NOTE, width=96, initial_indent="  ",
                                subsequent_indent="  "))
     return lines
+
+
+#: What the "share of design" column means.
+SHARE_NOTE = ("share of design: the part of its SM design's tensor rate this product keeps "
+              "(peak / (units x clock x full_rate_flops_per_clock_per_unit)); the rest of the "
+              "SM is the design's, so small tiles and attention kernels lose less of this rate "
+              "than on the full-rate part")
 
 
 #: The two ridge points, said once wherever one is shown.

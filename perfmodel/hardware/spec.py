@@ -113,6 +113,12 @@ class DTypePeak(_Frozen):
     """Dense FLOPs per clock per SM/CU; when given, peak is cross-checked against it."""
     sparse_peak: FlopRate | None = None
     """2:4 structured-sparse figure, kept for reference only; never used in predictions."""
+    full_rate_flops_per_clock_per_unit: Annotated[float, Field(gt=0)] | None = None
+    """Dense FLOPs per clock per SM/CU at which the SM design runs this dtype, where this
+    product runs it slower by product design (the H20's tensor limit on GH100's SM; GeForce
+    cards' FP32-accumulate MMA at half the rate of the same SM in its pro part). The product
+    keeps the share peak / (units × clock × this) of the design's tensor rate and all of
+    the rest of the SM (operand feeds, softmax, issue): see :meth:`HardwareSpec.tensor_share`."""
 
 
 class ComputeSpec(_Frozen):
@@ -352,6 +358,18 @@ class HardwareSpec(_Frozen):
                 )
             if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
                 problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
+        for dt, pk in self.peaks.items():
+            full = pk.full_rate_flops_per_clock_per_unit
+            if full is None:
+                continue
+            if pk.unit != "tensor":
+                problems.append(f"peaks.{dt}.full_rate_flops_per_clock_per_unit: only a "
+                                "tensor peak can run below its SM design's rate (remove it)")
+            elif self._design_share(dt) > 1.0 + PEAK_TOLERANCE:
+                problems.append(
+                    f"peaks.{dt}.full_rate_flops_per_clock_per_unit: units x clock x "
+                    f"{full:g} is below the peak ({pk.peak / 1e12:.1f} TFLOP/s); it is the "
+                    "SM design's full rate, at least the product's own FLOPs per clock")
         present = {"peaks", "compute", "memory"}
         if "efficiency" in self.model_fields_set:
             present.add("efficiency")
@@ -421,6 +439,20 @@ class HardwareSpec(_Frozen):
                 f"use one of {have}",
             )
         return self.peaks[dt].peak
+
+    def _design_share(self, dt: DType) -> float:
+        pk = self.peaks[dt]
+        if pk.full_rate_flops_per_clock_per_unit is None:
+            return 1.0
+        clock = self.compute.tensor_clock or self.compute.boost_clock
+        return pk.peak / (self.compute.units * clock * pk.full_rate_flops_per_clock_per_unit)
+
+    def tensor_share(self, dtype: str) -> float:
+        """Share of its SM design's tensor rate this product runs ``dtype`` at:
+        peak / (units × tensor clock × ``full_rate_flops_per_clock_per_unit``), at most 1;
+        1 where the spec gives no full rate (the product is the design)."""
+        self.peak(dtype)  # raises the unsupported-dtype error
+        return min(1.0, self._design_share(normalize_dtype(dtype)))
 
     def ridge_point(self, dtype: str) -> float:
         """Datasheet ridge point of ``dtype``: dense peak / memory bandwidth, FLOP/byte."""

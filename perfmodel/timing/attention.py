@@ -26,7 +26,9 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   base CTAs number r·SMs, else r/⌈r·SMs/base⌉ larger CTAs); compute = Σ tile work /
   (rate · e_family · wave efficiency), with
   e_family × the architecture's ``sync_mma_fraction`` for kernels written for Ampere
-  (synchronous MMA) on Hopper and Blackwell,
+  (synchronous MMA) on Hopper and Blackwell, and on a device that runs its SM design's
+  tensor units at a share c < 1 of their rate (H20, GeForce FP32 accumulate) e → max(e,
+  min(e/c, 1)) (:func:`perfmodel.timing.core.share_limited_efficiency`),
   wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
   per-tile time t_tile (first dependent loads, output store): ``tile_s`` (``decode_tile_s``
   for one-token decode kernels) × (1 − w + w·(D + D_v)/256), the share w
@@ -73,7 +75,7 @@ from perfmodel.ops.attention import (
 )
 from perfmodel.ops.cost import Array
 from perfmodel.timing.constants import Constants
-from perfmodel.timing.core import Env, overlap, stream_time
+from perfmodel.timing.core import Env, overlap, share_limited_efficiency, stream_time
 from perfmodel.timing.kernels import (
     ATTENTION_FAMILIES,
     OVERLAPPED_SOFTMAX,
@@ -306,7 +308,11 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     eff = eff * tile_efficiency(q_t, kv_t, ops)
     if fam.sync_mma:  # an Ampere-style kernel: the synchronous MMA path's share of the peak
         eff = eff * k.family.sync_mma_fraction
-    t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * k.attention_efficiency * eff * paged_rate)
+    # on a device running its SM design's tensor units at a share of their rate, the losses
+    # measured on full-rate parts (the rest of the SM) cost less of the device's own rate
+    eff = share_limited_efficiency(k.attention_efficiency * eff * paged_rate, k.tensor_share,
+                                   ops)
+    t_tensor = 2.0 * all_pairs * (d + dv) / (k.rate * eff)
     # the CUDA-core kernel's dot products: all_pairs·(D + D_v) fused multiply-adds at the
     # fp32 FMA rate (the fp32 peak / 2 = vector_op_rate)
     t_tensor = ops.where(cuda_cores, all_pairs * (d + dv) / k.vector_op_rate, t_tensor)

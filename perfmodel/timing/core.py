@@ -18,7 +18,7 @@ from perfmodel.timing.context import RunContext
 from perfmodel.timing.knobs import Knobs
 
 __all__ = ["Env", "cta_bandwidth_fraction", "l2_hit_fraction", "make_env", "memory_time",
-           "overlap", "stream_time"]
+           "overlap", "share_limited_efficiency", "stream_time"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,21 @@ def stream_time(bytes_: Any, footprint: Any, k: Knobs, env: Env, ctas: Any = Non
     per_byte = (1.0 - h) / k.achievable_bandwidth + h / env.l2_bandwidth
     t = bytes_ * per_byte / frac + k.memory_latency_s
     return ops.where(bytes_ > 0, t, 0.0 * t)
+
+
+def share_limited_efficiency(eff: Any, share: float, ops: Ops = VECTOR) -> Any:
+    """A kernel's efficiency e (its rate / the device's achievable tensor rate) on a device
+    that runs its SM design's tensor units at the share c ≤ 1 of the design's rate:
+    max(e, min(e/c, 1)).
+
+    Below 1, e is what the kernel loses to the rest of the SM (operand feeds from shared
+    memory and L2, the softmax, instruction issue, latency), measured on full-rate parts.
+    Those limits hold at the design's rate R/c, so they cap the kernel at e·R/c, while the
+    product's own tensor units cap it at R: the rate is min(e/c, 1)·R. A value above 1 (a
+    fitted family rate) is kept. c = 1 (the design itself) returns e unchanged."""
+    if share >= 1.0:
+        return eff
+    return ops.maximum(eff, ops.minimum(eff / share, 1.0))
 
 
 def overlap(compute_s: Any, memory_s: Any, p: float, ops: Ops = VECTOR) -> Any:

@@ -6,6 +6,9 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
   U·r (U SMs/CUs, r tiles per unit): W = ⌈T/(U·r)⌉;
 - one tile takes t_tile = 2·t_m·t_n·⌈k/s⌉ / (e·R/U), R the achievable rate, so
   t_compute = W·t_tile (a partly filled last wave and padded edge tiles cost full time);
+  on a device that runs its SM design's tensor units at a share c < 1 of their rate (H20,
+  GeForce FP32 accumulate) a tile's e becomes min(e/c, 1): its loss is the operand feed
+  of the full-rate design (:func:`perfmodel.timing.core.share_limited_efficiency`);
 - traffic is :func:`perfmodel.ops.gemm.tiled_traffic` (panels shared through L2 inside a
   wave; scale factors of quantized schemes included) plus, for s > 1, the fp32 partial sums
   written and read back (2·s·b·m·n·4 bytes) by a second kernel; it streams from DRAM, or
@@ -58,7 +61,7 @@ from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.ops.cost import Array
 from perfmodel.ops.gemm import Gemm, operand_bytes, tiled_traffic
-from perfmodel.timing.core import Env, l2_hit_fraction, overlap
+from perfmodel.timing.core import Env, l2_hit_fraction, overlap, share_limited_efficiency
 from perfmodel.timing.family import FamilyParams
 from perfmodel.timing.kernels import gemm_splits_k
 from perfmodel.timing.knobs import Knobs
@@ -136,11 +139,13 @@ class _Call:
 
 @functools.lru_cache(maxsize=256)
 def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: int,
-           rate: float, s_in: float, s_out: float) -> tuple[_Tile, ...]:
+           rate: float, s_in: float, s_out: float, share: float = 1.0) -> tuple[_Tile, ...]:
     menu = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
     out = []
     for tm, tn, e in menu:
-        eff = e if exponent == 1.0 else e**exponent
+        # a small tile's loss is the operand feed of the full-rate SM design: on a device
+        # that runs the design's tensor units at a share of their rate it costs less
+        eff = share_limited_efficiency(e if exponent == 1.0 else e**exponent, share, SCALAR)
         for s in fam.split_k:
             if (s > 1) != split:
                 continue
@@ -154,7 +159,7 @@ def _call(k: Knobs, env: Env, rate: float, s_in: float, s_out: float,
     return _call_cached(k.family, k.unit, k.tile_exponent, k.units, rate, s_in, s_out,
                         k.achievable_bandwidth, k.cta_bandwidth, k.memory_latency_s,
                         k.fill_waves, env.kernel_s, k.overlap_p, env.warm, env.l2_capacity,
-                        env.l2_bandwidth, split_k)
+                        env.l2_bandwidth, split_k, k.tensor_share)
 
 
 @functools.lru_cache(maxsize=512)
@@ -162,8 +167,8 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  s_in: float, s_out: float, bandwidth: float, cta_bandwidth: float,
                  latency: float, fill_waves: float, kernel_s: float, overlap_p: float,
                  warm: bool, l2_capacity: float, l2_bandwidth: float,
-                 split_k: bool = True) -> _Call:
-    key = (fam, unit, exponent, units, rate, s_in, s_out)
+                 split_k: bool = True, share: float = 1.0) -> _Call:
+    key = (fam, unit, exponent, units, rate, s_in, s_out, share)
     plain = _tiles(*key[:2], False, *key[2:])
     splits = _tiles(*key[:2], True, *key[2:]) if split_k else ()
     shapes = sorted({(t.tm, t.tn) for t in splits}, key=[(t.tm, t.tn) for t in plain].index)

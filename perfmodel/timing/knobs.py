@@ -84,6 +84,9 @@ class Knobs:
     """Loaded device-memory latency, s: the size-independent term of a transfer
     (``memory.latency`` of the spec where it gives one, else the family's)."""
     clock_scale: float = 1.0
+    tensor_share: float = 1.0
+    """Share of its SM design's tensor rate the device runs the dtype at
+    (:meth:`perfmodel.hardware.spec.HardwareSpec.tensor_share`; 1 for the design itself)."""
     """Reference SM clock / the device's (:func:`clock_scale`): the factor from the model's
     fixed times, stated at the reference clock, to this device's."""
 
@@ -175,4 +178,5 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         memory_latency_s=(hw.memory.latency if hw.memory.latency is not None
                           else fam.memory_latency_s),
         clock_scale=clock_scale(hw),
+        tensor_share=hw.tensor_share(dtype) if unit == "tensor" else 1.0,
     )
