@@ -84,11 +84,11 @@ class Knobs:
     """Loaded device-memory latency, s: the size-independent term of a transfer
     (``memory.latency`` of the spec where it gives one, else the family's)."""
     clock_scale: float = 1.0
+    """Reference SM clock / the device's (:func:`clock_scale`): the factor from the model's
+    fixed times, stated at the reference clock, to this device's."""
     tensor_share: float = 1.0
     """Share of its SM design's tensor rate the device runs the dtype at
     (:meth:`perfmodel.hardware.spec.HardwareSpec.tensor_share`; 1 for the design itself)."""
-    """Reference SM clock / the device's (:func:`clock_scale`): the factor from the model's
-    fixed times, stated at the reference clock, to this device's."""
 
 
 def _clock_ratio(hw: HardwareSpec, unit: str) -> float:
