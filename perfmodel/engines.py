@@ -150,7 +150,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
     SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
-    GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build). Over an fp8 KV cache
+    GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton before
+    Ampere. Over an fp8 KV cache
     some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
@@ -215,6 +216,8 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
     if arch == "blackwell-consumer":
         return AttentionChoice("flashinfer", source=_SM120_ATTENTION,
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
+    if arch in _PRE_AMPERE:
+        return AttentionChoice("triton", source=_SGLANG_PRE_AMPERE)
     # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
     # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
     return AttentionChoice("flash3", source=_AIC + "; sgl-kernel's FlashAttention-3, SM8x build")
@@ -226,6 +229,13 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
 #: backend don't support sm120, we need to use flashinfer backend instead"; PR 18758).
 _SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 18758: " \
                    "no trtllm-gen or FA3 kernels for SM120)"
+
+#: Architectures before Ampere: no FlashAttention-2/3 or FlashInfer tensor-core build.
+_PRE_AMPERE = frozenset({"pascal", "volta", "turing"})
+#: SGLang's choice there: its Triton backend ("sm75 -> Triton" in SGLang's default-backend
+#: table, sgl-project/sglang issue 5064; FlashInfer and sgl-kernel's FA3 need SM80).
+_SGLANG_PRE_AMPERE = "SGLang before Ampere: its Triton attention backend " \
+                     "(sgl-project/sglang issue 5064: sm75 -> Triton)"
 
 #: Most query heads per KV head TensorRT-LLM's generation kernels (XQA before Blackwell,
 #: trtllm-gen on it) take; larger groups run its masked-MHA kernel. Observed in

@@ -940,21 +940,23 @@ def test_an_unmeasured_fp8_attention_call_costs_the_engines_bf16_call() -> None:
                         "trtllm-gen") == 0.0
 
 
-def test_every_engine_predicts_attention_on_every_nvidia_gpu_with_bf16() -> None:
+def test_every_engine_predicts_attention_on_every_nvidia_gpu() -> None:
     """An engine's kernel choice exists on the GPU it is asked for: on every NVIDIA GPU of
-    the catalogue with a bf16 peak, each engine's prefill and decode calls predict a
-    finite, positive time (SGLang on SM120 once chose FA3, which has no SM120 build, and
-    the call was refused)."""
+    the catalogue with a 16-bit peak, each engine's prefill and decode calls predict a
+    finite, positive time (SGLang once chose FA3 on SM120, which has no SM120 build, and
+    before Ampere, where FA3 does not run: those calls were refused)."""
     gpus = [hw for hw in (pm.load_hardware(g) for g in pm.list_hardware())
-            if hw.vendor == "nvidia" and "bf16" in hw.peaks]
-    assert any(hw.arch == "blackwell-consumer" for hw in gpus)
+            if hw.vendor == "nvidia" and ("bf16" in hw.peaks or "fp16" in hw.peaks)]
+    assert {"blackwell-consumer", "volta", "turing", "pascal"} & {hw.arch for hw in gpus} \
+        == {"blackwell-consumer", "volta", "turing", "pascal"}
     for hw in gpus:
+        dtype = "bf16" if "bf16" in hw.peaks else "fp16"
         for engine in ("trtllm", "vllm", "sglang"):
             for seq_q, seq_kv in ((2048, 2048), (1, 4096)):
                 phase = "decode" if seq_q == 1 else "prefill"
                 choice = attention_kernel(engine, hw.arch, phase, group=4.0)
                 op = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=seq_q, seq_kv=seq_kv,
-                                  head_dim=128, causal=seq_q > 1, dtype="bf16",
+                                  head_dim=128, causal=seq_q > 1, dtype=dtype,
                                   impl=choice.impl, kv_write=choice.kv_write,
                                   tensor_core_min_group=choice.tensor_core_min_group)
                 t = float(predict(op, hw, context=RunContext(launch="graph",
