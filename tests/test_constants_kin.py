@@ -160,3 +160,30 @@ def test_triton_does_not_set_its_classs_values() -> None:
     # the other resident families do pool (the geometric mean of their values)
     both = pool_parents(Constants({**fitted, "attn.flashinfer.dequant_ops": 8.0}), "test")
     assert both["attn.resident.dequant_ops"] == pytest.approx(4.0)
+
+
+def test_an_unmeasured_vendor_library_fp8_gemm_takes_cublas_rate() -> None:
+    """``auto`` is the vendor library: its per-tensor fp8 GEMM, never measured as such,
+    takes TensorRT-LLM's cuBLASLt rate architecture by architecture (and on an AMD GPU,
+    where vLLM's fp8 calls run hipBLASLt, cuBLASLt's mean), not the mean of the engines'
+    own quantized kernels; the fits see no kin."""
+    c = Constants({"gemm.cublas.per-tensor.efficiency": 0.8,
+                   "gemm.cublas.per-tensor.efficiency.hopper": 0.95,
+                   "gemm.cutlass.per-tensor.efficiency": 0.5,
+                   "gemm.quantized.efficiency": 0.6})
+    assert c["gemm.auto.per-tensor.efficiency.hopper"] == 0.95
+    assert c["gemm.auto.per-tensor.efficiency.blackwell"] == 0.8
+    assert c["gemm.auto.per-tensor.efficiency"] == 0.8
+    assert "cublas" in c.provenance("gemm.auto.per-tensor.efficiency.hopper")
+    fitting = dataclasses.replace(c, kin=False)
+    assert fitting["gemm.auto.per-tensor.efficiency.hopper"] == 0.6
+    # other schemes of the vendor library keep the class's value
+    assert c["gemm.auto.block.efficiency.hopper"] == 0.6
+
+    def t(impl: str, gpu: str, consts: Constants) -> float:
+        op = pm.Gemm(m=4096, n=4096, k=4096, dtype="fp8", quant="per-tensor",
+                     out_dtype="bf16", impl=impl)
+        return float(predict(op, gpu, context=GRAPH, constants=consts).latency_s)
+
+    assert t("auto", "h100-sxm", c) == pytest.approx(t("cublas", "h100-sxm", c))
+    assert t("auto", "mi300x", c) < t("auto", "mi300x", fitting)

@@ -65,6 +65,14 @@ register(*(
     for a in ARCH_FAMILIES
 ))
 
+#: ``auto`` is the vendor library (cuBLAS, hipBLASLt). Its per-tensor fp8 GEMM is measured
+#: only as TensorRT-LLM calls it (``cublas``: cuBLASLt), so until measured itself (an
+#: engine's fp8 call on an AMD GPU, a ``Gemm(quant="per-tensor")`` left at ``auto``) it takes
+#: that rate, not the mean of the engines' own kernels (CUTLASS, DeepGEMM, CuTe-DSL): a
+#: vendor library's quantized GEMM is nearest in design to the other vendor library's.
+register_kin(gemm_efficiency_name("auto", "per-tensor").removesuffix("efficiency"),
+             gemm_efficiency_name("cublas", "per-tensor").removesuffix("efficiency"))
+
 
 #: GEMM kernel families that never split K: the engines' quantized-GEMM kernels run one
 #: CTA per output tile (vLLM's and SGLang's CUTLASS scaled-mm dispatch picks tile shapes by
