@@ -151,8 +151,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
     GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton before
-    Ampere. Over an fp8 KV cache
-    some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
+    Ampere. Over an fp8 KV cache some of these compute in fp8 (``fp8_compute``, see
+    :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
     decode = phase == "decode"
