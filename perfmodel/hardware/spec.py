@@ -336,12 +336,18 @@ class HardwareSpec(_Frozen):
         if not self.peaks:
             problems.append("peaks: at least one dtype peak is required")
         for dt, pk in self.peaks.items():
+            full = pk.full_rate_flops_per_clock_per_unit
+            if full is not None and pk.unit != "tensor":
+                problems.append(f"peaks.{dt}.full_rate_flops_per_clock_per_unit: only a "
+                                "tensor peak can run below its SM design's rate (remove it)")
+            elif full is not None and self._design_share(dt) > 1.0 + PEAK_TOLERANCE:
+                problems.append(
+                    f"peaks.{dt}.full_rate_flops_per_clock_per_unit: units x clock x "
+                    f"{full:g} is below the peak ({pk.peak / 1e12:.1f} TFLOP/s); it is the "
+                    "SM design's full rate, at least the product's own FLOPs per clock")
             if pk.flops_per_clock_per_unit is None:
                 continue
-            clock = self.compute.boost_clock
-            if pk.unit == "tensor" and self.compute.tensor_clock is not None:
-                clock = self.compute.tensor_clock
-            expected = self.compute.units * clock * pk.flops_per_clock_per_unit
+            expected = self.compute.units * self._peak_clock(pk) * pk.flops_per_clock_per_unit
             ratio = pk.peak / expected
             if abs(ratio - 2.0) <= 2 * PEAK_TOLERANCE:
                 problems.append(
@@ -358,18 +364,6 @@ class HardwareSpec(_Frozen):
                 )
             if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
                 problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
-        for dt, pk in self.peaks.items():
-            full = pk.full_rate_flops_per_clock_per_unit
-            if full is None:
-                continue
-            if pk.unit != "tensor":
-                problems.append(f"peaks.{dt}.full_rate_flops_per_clock_per_unit: only a "
-                                "tensor peak can run below its SM design's rate (remove it)")
-            elif self._design_share(dt) > 1.0 + PEAK_TOLERANCE:
-                problems.append(
-                    f"peaks.{dt}.full_rate_flops_per_clock_per_unit: units x clock x "
-                    f"{full:g} is below the peak ({pk.peak / 1e12:.1f} TFLOP/s); it is the "
-                    "SM design's full rate, at least the product's own FLOPs per clock")
         present = {"peaks", "compute", "memory"}
         if "efficiency" in self.model_fields_set:
             present.add("efficiency")
@@ -440,12 +434,19 @@ class HardwareSpec(_Frozen):
             )
         return self.peaks[dt].peak
 
+    def _peak_clock(self, pk: DTypePeak) -> float:
+        """The clock ``pk`` is quoted at: the tensor clock for a tensor peak where the spec
+        gives one, else the boost clock."""
+        if pk.unit == "tensor" and self.compute.tensor_clock is not None:
+            return self.compute.tensor_clock
+        return self.compute.boost_clock
+
     def _design_share(self, dt: DType) -> float:
         pk = self.peaks[dt]
         if pk.full_rate_flops_per_clock_per_unit is None:
             return 1.0
-        clock = self.compute.tensor_clock or self.compute.boost_clock
-        return pk.peak / (self.compute.units * clock * pk.full_rate_flops_per_clock_per_unit)
+        return pk.peak / (self.compute.units * self._peak_clock(pk)
+                          * pk.full_rate_flops_per_clock_per_unit)
 
     def tensor_share(self, dtype: str) -> float:
         """Share of its SM design's tensor rate this product runs ``dtype`` at:

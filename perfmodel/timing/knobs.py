@@ -178,5 +178,5 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
         memory_latency_s=(hw.memory.latency if hw.memory.latency is not None
                           else fam.memory_latency_s),
         clock_scale=clock_scale(hw),
-        tensor_share=hw.tensor_share(dtype) if unit == "tensor" else 1.0,
+        tensor_share=hw.tensor_share(dtype),  # 1 for a vector peak (spec-checked)
     )
