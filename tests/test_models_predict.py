@@ -6,6 +6,7 @@ from the code: only floors (FLOPs / peak, bytes / bandwidth), orderings and iden
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -233,3 +234,51 @@ def test_weight_only_gemm_recombines_with_the_calibrated_overlap() -> None:
     assert abs(expected - hard) > 0.02 * expected  # the shape tells the two apart
     assert float(t.values["latency_s"][0]) == pytest.approx(expected, rel=1e-9)
     assert float(t.values["memory_s"][0]) == pytest.approx(ratio * mem, rel=1e-9)
+
+
+def _weight_only(hw: pm.HardwareSpec, m: float, n: float, k: float, w: str,
+                 a: str) -> float:
+    """Latency of one ``w``-weight GEMM with ``a`` activations as a model graph runs it."""
+    from perfmodel.models.evaluate import evaluate_graphs
+    from perfmodel.models.graph import GraphOp
+
+    g = GraphOp("w", pm.Gemm, {"m": m, "n": n, "k": k, "dtype": w, "out_dtype": a}, 1.0)
+    (t,), notes = evaluate_graphs([([g], ())], hw)
+    assert any("upcast" in note for note in notes)
+    return float(t.values["latency_s"][0])
+
+
+@pytest.mark.parametrize("batch", [1.0, 16.0, 32.0])
+def test_weight_only_4bit_decode_gemm_runs_at_its_weight_stream(batch: float) -> None:
+    # Marlin (Frantar et al., PPoPP 2025, arXiv 2408.11743) measures its FP16 x INT4 GEMM
+    # on an A10, 72k x 18k weights, within 5 % of the ideal 3.87x speedup over FP16 up to
+    # batch 32. A 4-bit weight is 0.5 B against 2 B: the decode GEMM is a weight stream,
+    # and the tensor work of a batch padded to 16 rows (2 x 32 x 72k x 18k = 85 GFLOP at
+    # most, under 0.9 ms at the A10's 100 TFLOP/s achievable) hides under it
+    hw = pm.load_hardware("a10")
+    n, k = 72.0 * 1024, 18.0 * 1024
+    fp16 = float(pm.predict(pm.Gemm(m=batch, n=n, k=k, dtype="fp16"), hw).latency_s)
+    w4 = _weight_only(hw, batch, n, k, "fp4", "fp16")
+    assert fp16 / w4 >= 0.95 * 3.87
+    # and never faster than its own bytes at the datasheet bandwidth allow
+    weights = 0.5 * n * k
+    assert w4 >= weights / hw.memory.bandwidth
+
+
+def test_weight_only_gemm_gains_nothing_once_compute_bound() -> None:
+    # 1,024 rows: 2·1024 FLOPs per 0.5-byte weight is ~4,100 FLOP/B, twenty times the
+    # A10's ridge point (~200 FLOP/B); the upcast kernel computes in fp16, so the 4-bit
+    # weights buy no time (Marlin's own large-batch runs are no faster than FP16)
+    hw = pm.load_hardware("a10")
+    n, k = 72.0 * 1024, 18.0 * 1024
+    fp16 = float(pm.predict(pm.Gemm(m=1024.0, n=n, k=k, dtype="fp16"), hw).latency_s)
+    assert _weight_only(hw, 1024.0, n, k, "fp4", "fp16") == pytest.approx(fp16, rel=0.02)
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "h100-sxm", "l40s", "mi300x", "t4"])
+def test_weight_only_gemm_never_gets_faster_with_more_rows(gpu: str) -> None:
+    hw = pm.load_hardware(gpu)
+    w = "fp4" if "fp4" not in hw.peaks else "int4"
+    times = [_weight_only(hw, float(m), 4096.0, 4096.0, w, "fp16")
+             for m in (1, 2, 8, 15, 16, 17, 32, 48, 63, 64, 65, 96, 128, 256, 1024)]
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times))

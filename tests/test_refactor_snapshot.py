@@ -9,6 +9,12 @@ Deliberate changes, each a bug fix (the recorded values are the old, wrong ones)
   decided once for the whole array); each row now takes its own phase, as the same shape
   predicted alone always did. The vectorised entries affected must equal the one-at-a-time
   predictions instead.
+- ``WEIGHT_ONLY``: a model GEMM whose weight dtype the GPU cannot multiply (fp8 weights on
+  A100) runs a mixed-input kernel; its decode GEMMs (at most 64 rows) were timed with the
+  compute of the activation-dtype stand-in's padded small tile, which a 16-row mixed-input
+  kernel does not pay (``perfmodel.models.evaluate``, Marlin's measurements). In the
+  affected run those decode rows may only lose compute time (memory, overhead, FLOPs and
+  bytes unchanged), and every other figure of the run, prefill included, is unchanged.
 """
 
 from __future__ import annotations
@@ -147,23 +153,46 @@ def test_vectorised_calls_unchanged(gpu: str) -> None:
     assert not bad, "\n".join(bad[:20]) + f"\n({len(bad)} differences)"
 
 
+#: The GEMM rows of a model's op table (``WEIGHT_ONLY`` in the module doc).
+_GEMMS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"})
+
+
+def _weight_only(case: dict[str, Any]) -> bool:
+    """Whether ``case`` runs weights of a dtype its GPU cannot multiply (WEIGHT_ONLY)."""
+    w = case["kw"].get("weight_dtype")
+    return w is not None and w not in pm.load_hardware(case["hw"]).peaks
+
+
 @pytest.mark.parametrize("case", DOC["models"], ids=lambda c: f"{c['config']}-{c['hw']}")
 def test_model_predictions_unchanged(case: dict[str, Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         r = pm.predict_model(case["config"], case["hw"], **case["kw"])
+    mixed = _weight_only(case)
+    faster = ("latency_s", "tpot_s", "e2e_s") if mixed else ()
     bad = [f for f in ("latency_s", "ttft_s", "tpot_s", "e2e_s", "tokens_per_s")
-           if not np.allclose(getattr(r, f), case[f], rtol=RTOL, atol=0.0, equal_nan=True)]
+           if f not in faster and (f != "tokens_per_s" or not mixed)
+           and not np.allclose(getattr(r, f), case[f], rtol=RTOL, atol=0.0, equal_nan=True)]
+    bad += [f for f in faster if not np.all(np.asarray(getattr(r, f)) <= np.asarray(case[f]))]
+    if mixed:
+        assert float(r.tpot_s) < 0.99 * float(case["tpot_s"])  # the change is there
     rows = {row.name: row.latency_s for row in r.ops}
     assert sorted(rows) == sorted(case["ops"])
-    bad += [f"ops.{n}" for n in rows if not _close(rows[n], case["ops"][n])]
+    bad += [f"ops.{n}" for n in rows
+            if not (mixed and n in _GEMMS) and not _close(rows[n], case["ops"][n])]
     for ph in (r.prefill, r.decode):
         if ph is None:
             continue
         for row in ph.ops:
             got = [getattr(row, f) for f in ("latency_s", "compute_s", "memory_s",
                                               "overhead_s", "flops", "bytes")]
-            if not _close(got, case[ph.phase][row.name]):
+            want = case[ph.phase][row.name]
+            if mixed and ph.phase == "decode" and row.name in _GEMMS:
+                # WEIGHT_ONLY: only the compute part (and the latency with it) may fall
+                if not (_close(got[2:], want[2:]) and got[1] <= want[1] * (1 + RTOL)
+                        and got[0] <= want[0] * (1 + RTOL)):
+                    bad.append(f"{ph.phase}.{row.name}")
+            elif not _close(got, want):
                 bad.append(f"{ph.phase}.{row.name}")
     assert not bad, bad
 

@@ -14,8 +14,12 @@ Dtype fallbacks, decided here because they depend on the GPU:
   activation dtype with the weights read at their stored width and upcast in the kernel
   (weight-only quantisation, Marlin-style): the stand-in GEMM's memory time and bytes are
   scaled by the ratio of the two minimum traffics; latency = stand-in latency − max(c, m)
-  + max(c, m'). A GEMM whose weight dtype the GPU supports runs in it (activations
-  quantised on the fly; the quantise kernel is not counted).
+  + max(c', m'). Its compute c' is the stand-in's, except for a batch of at most 64 rows
+  (decode): a mixed-input kernel computes it in one pass of 16-row blocks
+  (:data:`MIXED_INPUT_ROWS`) spread over every SM, c' = min(c, 2·b·16⌈m/16⌉·n·k / R) at
+  the activation dtype's achievable rate R, so a 4-bit decode GEMM runs at its weights'
+  memory time, not at the padded small tile's. A GEMM whose weight dtype the GPU supports
+  runs in it (activations quantised on the fly; the quantise kernel is not counted).
 - Attention with a KV-cache dtype the GPU has no peak for: the same, on the K/V bytes.
 """
 
@@ -37,7 +41,9 @@ from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
 from perfmodel.ops.registry import op_class
 from perfmodel.timing import RunContext, predict
+from perfmodel.timing.constants import bundled_constants
 from perfmodel.timing.core import overlap
+from perfmodel.timing.kernels import gemm_efficiency
 from perfmodel.timing.knobs import knobs_for
 from perfmodel.timing.prediction import Prediction, make_prediction
 
@@ -99,17 +105,55 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
     return args, None, None
 
 
-def _adjust(p: Prediction, ratio: Array, hw: HardwareSpec, family: str) -> Prediction:
+#: Rows of a mixed-input (weight-only) GEMM kernel's MMA block: Marlin (Frantar et al.,
+#: "MARLIN: Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models",
+#: PPoPP 2025, arXiv 2408.11743) computes a batch in 16-row blocks (the m16 of the
+#: tensor-core MMA, up to 4 per pass: :data:`MIXED_INPUT_PASS_ROWS`) with the weights
+#: partitioned in stripes over every SM, and measures its FP16×INT4 GEMM within 5 % of the
+#: ideal 3.87× speedup over FP16 up to batch 32 (A10, 72k × 18k): the weight stream, not
+#: the padded MMA, is its bound.
+MIXED_INPUT_ROWS = 16.0
+#: The widest batch (rows) a mixed-input kernel computes in one pass over the weights
+#: (4 blocks of :data:`MIXED_INPUT_ROWS`, Marlin's); a wider one is timed as the stand-in.
+MIXED_INPUT_PASS_ROWS = 64.0
+
+
+def _mixed_input_compute(p: Prediction, op: Gemm, hw: HardwareSpec, ratio: Array) -> Array:
+    """Compute time of the mixed-input kernel that runs weight-only GEMM ``op`` (its
+    stand-in in the activation dtype, predicted as ``p``; an instance is weight-only where
+    its traffic ratio is below 1, a GEMM of the activation dtype sharing the stand-in's
+    group has ratio 1 and keeps c): min(c, 2·b·16⌈m/16⌉·n·k / R)
+    for m ≤ 64 (:data:`MIXED_INPUT_ROWS`, :data:`MIXED_INPUT_PASS_ROWS`; m itself on a
+    vector unit, which pads no rows; R the activation dtype's achievable rate, peak ×
+    compute fraction × the GEMM class's efficiency), else the stand-in's c.
+    Dequantisation is taken as hidden under the weight stream, as Marlin's measurements
+    show it up to batch 32."""
+    c = np.asarray(p.compute_s, dtype=np.float64)
+    m = np.asarray(op.m, dtype=np.float64)
+    k = knobs_for(hw, "gemm", op.dtype)
+    # tensor cores compute whole 16-row blocks; a vector (SIMT) kernel only the rows
+    rows = MIXED_INPUT_ROWS * np.ceil(m / MIXED_INPUT_ROWS) if k.unit == "tensor" else m
+    rate = k.rate * gemm_efficiency(op, bundled_constants(), hw.arch)
+    mixed = 2.0 * np.asarray(op.batch, dtype=np.float64) * rows \
+        * np.asarray(op.n, dtype=np.float64) * np.asarray(op.k, dtype=np.float64) / rate
+    return np.where((m <= MIXED_INPUT_PASS_ROWS) & (ratio < 1.0), np.minimum(c, mixed), c)
+
+
+def _adjust(p: Prediction, ratio: Array, hw: HardwareSpec, family: str,
+            op: Op | None = None) -> Prediction:
     """Scale the memory part of ``p`` by ``ratio`` (see the module docstring): the
     overlapped part is recombined with the overlap the timing of op family ``family``
     uses on ``hw`` (the hard max, or a calibrated smooth maximum of order p):
-    latency − overlap(c, m) + overlap(c, m·ratio). The stages, if any, are kept."""
+    latency − overlap(c, m) + overlap(c', m·ratio), c' the mixed-input kernel's compute
+    (:func:`_mixed_input_compute`) when ``op`` is the stand-in of a weight-only GEMM, else
+    c. The stages, if any, are kept."""
     c, m = np.asarray(p.compute_s), np.asarray(p.memory_s)
     m2 = m * ratio
+    c2 = _mixed_input_compute(p, op, hw, ratio) if isinstance(op, Gemm) else c
     order = knobs_for(hw, family, cast(DType, p.dtype)).overlap_p
-    lat = np.asarray(p.latency_s) - overlap(c, m, order) + overlap(c, m2, order)
+    lat = np.asarray(p.latency_s) - overlap(c, m, order) + overlap(c2, m2, order)
     return make_prediction(
-        op=p.op, hardware=p.hardware, dtype=p.dtype, compute_s=c, memory_s=m2,
+        op=p.op, hardware=p.hardware, dtype=p.dtype, compute_s=c2, memory_s=m2,
         overhead_s=p.overhead_s, latency_s=lat, flops=p.flops,
         bytes_=np.asarray(p.bytes) * ratio, bytes_min=np.asarray(p.bytes_min) * ratio,
         peak=hw.peak(p.dtype), bandwidth=hw.memory.bandwidth, ridge_point=p.ridge_point,
@@ -214,7 +258,8 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
                 op: Op = cls(**dict(static), **dict(zip(names, fields, strict=True)))
                 p = predict(op, hw, context=context)
                 if r is not None:
-                    p = _adjust(p, np.asarray(r), hw, "gemm" if cls is Gemm else "attention")
+                    p = _adjust(p, np.asarray(r), hw, "gemm" if cls is Gemm else "attention",
+                                op)
                 hit = done[key] = ([float(getattr(p, f)) for f in FIELDS], str(p.bottleneck))
                 name = op.name
             values.append(hit[0])
@@ -331,7 +376,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
         with np.errstate(divide="ignore", invalid="ignore"):  # free ops (1-GPU all-reduce)
             p = predict(op, hw, context=context)
         if ratios is not None:
-            p = _adjust(p, ratios, hw, "gemm" if cls is Gemm else "attention")
+            p = _adjust(p, ratios, hw, "gemm" if cls is Gemm else "attention", op)
         vals = np.stack([_flat(getattr(p, f), (count,), count) for f in FIELDS])
         labels = np.asarray(p.bottleneck).reshape(-1)
         if labels.size != count:
