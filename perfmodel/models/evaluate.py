@@ -125,7 +125,8 @@ def _mixed_input_compute(p: Prediction, op: Gemm, hw: HardwareSpec, ratio: Array
     group has ratio 1 and keeps c): min(c, 2·b·16⌈m/16⌉·n·k / R)
     for m ≤ 64 (:data:`MIXED_INPUT_ROWS`, :data:`MIXED_INPUT_PASS_ROWS`; m itself on a
     vector unit, which pads no rows; R the activation dtype's achievable rate, peak ×
-    compute fraction × the GEMM class's efficiency), else the stand-in's c.
+    compute fraction × the GEMM class's efficiency in the bundled constants), else the
+    stand-in's c.
     Dequantisation is taken as hidden under the weight stream, as Marlin's measurements
     show it up to batch 32."""
     c = np.asarray(p.compute_s, dtype=np.float64)
