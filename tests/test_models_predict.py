@@ -253,7 +253,7 @@ def test_weight_only_4bit_decode_gemm_runs_at_its_weight_stream(batch: float) ->
     # Marlin (Frantar et al., PPoPP 2025, arXiv 2408.11743) measures its FP16 x INT4 GEMM
     # on an A10, 72k x 18k weights, within 5 % of the ideal 3.87x speedup over FP16 up to
     # batch 32. A 4-bit weight is 0.5 B against 2 B: the decode GEMM is a weight stream,
-    # and the tensor work of a batch padded to 16 rows (2 x 32 x 72k x 18k = 85 GFLOP at
+    # and the tensor work of a batch padded to 16 rows (2 x 32 x 72k x 18k = 87 GFLOP at
     # most, under 0.9 ms at the A10's 100 TFLOP/s achievable) hides under it
     hw = pm.load_hardware("a10")
     n, k = 72.0 * 1024, 18.0 * 1024
