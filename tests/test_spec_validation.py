@@ -76,6 +76,10 @@ BAD_SPECS: list[tuple[str, str | Callable[[], str], tuple[str, ...]]] = [
     # 1.83 GHz tensor peak checked against a 1.0 GHz clock: 989.4 / 540.7 = 1.83x, no sparsity.
     ("wrong-clock", lambda: _spec(compute__boost_clock="1000 MHz"),
      ("peaks.bf16.peak", "disagrees", "540.7 TFLOP/s")),
+    # a sparse figure below the dense one, with no FLOPs/clock to cross-check the peak by
+    ("sparse-below-dense", lambda: _spec(peaks__bf16={
+        "peak": "989.4 TFLOP/s", "sparse_peak": "494.7 TFLOP/s"}),
+     ("peaks.bf16.sparse_peak", "smaller than the dense peak")),
     ("sparse-string", lambda: _spec(peaks__bf16={"peak": "989 TFLOP/s sparse"}),
      ("peaks.bf16.peak", "sparse figure")),
     ("unknown-dtype", lambda: _spec(peaks__fp12={"peak": "1 TFLOP/s"}),

@@ -345,6 +345,8 @@ class HardwareSpec(_Frozen):
                     f"peaks.{dt}.full_rate_flops_per_clock_per_unit: units x clock x "
                     f"{full:g} is below the peak ({pk.peak / 1e12:.1f} TFLOP/s); it is the "
                     "SM design's full rate, at least the product's own FLOPs per clock")
+            if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
+                problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
             if pk.flops_per_clock_per_unit is None:
                 continue
             expected = self.compute.units * self._peak_clock(pk) * pk.flops_per_clock_per_unit
@@ -362,8 +364,6 @@ class HardwareSpec(_Frozen):
                     f"{abs(ratio - 1) * 100:.0f}%; check the SM count, the clock the peak is "
                     "quoted at, or FLOPs/clock"
                 )
-            if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
-                problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
         present = {"peaks", "compute", "memory"}
         if "efficiency" in self.model_fields_set:
             present.add("efficiency")
