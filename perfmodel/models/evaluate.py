@@ -10,9 +10,10 @@ on tiny arrays.
 
 Dtype fallbacks, decided here because they depend on the GPU:
 
-- A GEMM whose weight dtype the GPU has no peak for (fp8 on A100, fp4 on H100) runs in the
-  activation dtype with the weights read at their stored width and upcast in the kernel
-  (weight-only quantisation, Marlin-style): the stand-in GEMM's memory time and bytes are
+- A GEMM whose weight dtype the GPU has no peak for (fp8 on A100, fp4 on H100), or whose
+  weights are int4 (:data:`WEIGHT_ONLY_DTYPES`), runs in the activation dtype with the
+  weights read at their stored width and upcast in the kernel (weight-only
+  quantisation, Marlin-style): the stand-in GEMM's memory time and bytes are
   scaled by the ratio of the two minimum traffics; latency = stand-in latency − max(c, m)
   + max(c', m'). Its compute c' is the stand-in's, except for a batch of at most 64 rows
   (decode): a mixed-input kernel computes it in one pass of 16-row blocks
@@ -73,13 +74,25 @@ def _shape_fields(cls: type) -> tuple[str, ...]:
     return op_class(cls).shape_fields
 
 
+#: Weight dtypes that are only a storage format for weights: a model GEMM with weights of
+#: one of them computes in its activations' dtype (weight-only quantisation) even on a GPU
+#: with tensor cores of that dtype, unless the activations are of it too. int4: AWQ and
+#: GPTQ checkpoints run W4A16 (vLLM's Marlin/Machete, TensorRT-LLM's int4_awq) or W4A8;
+#: no mainstream engine quantises LLM activations to int4 on the int4 MMA of Ampere/Turing.
+WEIGHT_ONLY_DTYPES = frozenset({"int4"})
+
+
 def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str | None]:
     """Arguments of a predictable stand-in for ``g`` on ``hw``, the ratio of real to
     stand-in memory traffic (None if unchanged) and a note."""
     args = g.args
     if g.kind is Gemm:
         w, a = str(args["dtype"]), str(args.get("out_dtype") or args["dtype"])
-        if w not in hw.peaks and a in hw.peaks and bytes_per_element(w) < bytes_per_element(a):
+        # int4 weights (AWQ/GPTQ-style checkpoints) are a storage format: engines compute
+        # with the activations' dtype (W4A16, W4A8) even where the GPU has int4 tensor cores
+        storage = w in WEIGHT_ONLY_DTYPES and w != a
+        if (w not in hw.peaks or storage) and a in hw.peaks \
+                and bytes_per_element(w) < bytes_per_element(a):
             s_w, s_a = bytes_per_element(w), bytes_per_element(a)
             m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
             b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
@@ -87,9 +100,11 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
             out = s_a * b * m * n + (s_a * n if args.get("bias") else 0.0)
             real = s_a * b * m * k + s_w * b_mats * k * n + out
             stand = s_a * b * m * k + s_a * b_mats * k * n + out
+            what = f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast" \
+                if w in hw.peaks else f"{hw.id} has no {w} matmul: {w} weights are upcast"
             return ({**args, "dtype": a}, real / stand,
-                    f"{hw.id} has no {w} matmul: {w} weights are upcast to {a} in the kernel "
-                    f"(weight-only quantisation), read at {s_w:g} B/element")
+                    f"{what} to {a} in the kernel (weight-only quantisation), read at "
+                    f"{s_w:g} B/element")
     if g.kind is Attention:
         a, kvd = str(args["dtype"]), str(args.get("kv_dtype") or args["dtype"])
         if kvd not in hw.peaks and a in hw.peaks:
