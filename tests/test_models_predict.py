@@ -290,13 +290,15 @@ def test_int4_weights_run_weight_only_even_where_the_gpu_has_int4_tensor_cores()
     # model does, and only the weight bytes (0.5 B instead of 2) change
     hw = pm.load_hardware("a100-80gb-sxm")
     assert "int4" in hw.peaks
-    args = {"phase": "generate", "batch": 8, "prompt_len": 2048, "gen_len": 128}
-    bf16 = predict_model("llama-3.1-8b", hw, **args)
-    int4 = predict_model("llama-3.1-8b", hw, weight_dtype="int4", **args)
+
+    def run(weights: str | None, activations: str | None = None) -> ModelPrediction:
+        return predict_model("llama-3.1-8b", hw, phase="generate", batch=8, prompt_len=2048,
+                             gen_len=128, weight_dtype=weights, activation_dtype=activations,
+                             kv_dtype="bf16")
+
+    bf16, int4 = run(None), run("int4")
     assert float(int4.ttft_s) == pytest.approx(float(bf16.ttft_s), rel=1e-9)
     assert float(int4.tpot_s) < 0.6 * float(bf16.tpot_s)
     assert any("storage format" in a and "upcast to bf16" in a for a in int4.assumptions)
     # int4 activations too: the int4 tensor cores run it (W4A4)
-    w4a4 = predict_model("llama-3.1-8b", hw, weight_dtype="int4", activation_dtype="int4",
-                         kv_dtype="bf16", **args)
-    assert float(w4a4.ttft_s) < 0.5 * float(bf16.ttft_s)
+    assert float(run("int4", "int4").ttft_s) < 0.5 * float(bf16.ttft_s)
