@@ -515,9 +515,14 @@ def _spec_cases() -> list[Case]:
         _c("spec: sparse figure without FLOPs/clock warns", "specs validate spec.yaml", 0,
            "bf16 not cross-checked",
            spec__yaml=_spec("peaks: {bf16: {peak: 1979 TFLOP/s, flops_per_clock_per_unit: "
-                            "null}}\n")),
+                            "null, sparse_peak: null}}\n")),
         _c("spec: ... and --strict refuses it", "specs validate --strict spec.yaml", 2,
            "not cross-checked",
+           spec__yaml=_spec("peaks: {bf16: {peak: 1979 TFLOP/s, flops_per_clock_per_unit: "
+                            "null, sparse_peak: null}}\n")),
+        # the same figure beside the sparse_peak it inherits: the two agree, so it is sparse
+        _c("spec: sparse figure equal to its sparse_peak", "specs validate spec.yaml", 2,
+           "2:4-sparse figure",
            spec__yaml=_spec("peaks: {bf16: {peak: 1979 TFLOP/s, flops_per_clock_per_unit: "
                             "null}}\n")),
         _c("spec: extends a sibling with --spec-dir", "--spec-dir lib specs validate "

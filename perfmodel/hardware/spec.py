@@ -345,7 +345,13 @@ class HardwareSpec(_Frozen):
                     f"peaks.{dt}.full_rate_flops_per_clock_per_unit: units x clock x "
                     f"{full:g} is below the peak ({pk.peak / 1e12:.1f} TFLOP/s); it is the "
                     "SM design's full rate, at least the product's own FLOPs per clock")
-            if pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
+            if pk.sparse_peak is not None and abs(pk.sparse_peak / pk.peak - 1.0) \
+                    <= PEAK_TOLERANCE:
+                problems.append(
+                    f"peaks.{dt}.peak: {pk.peak / 1e12:.1f} TFLOP/s is its own sparse_peak "
+                    f"({pk.sparse_peak / 1e12:.1f}): it looks like the 2:4-sparse figure; give "
+                    "the dense figure (half of it)")
+            elif pk.sparse_peak is not None and pk.sparse_peak < pk.peak:
                 problems.append(f"peaks.{dt}.sparse_peak: smaller than the dense peak")
             if pk.flops_per_clock_per_unit is None:
                 continue
