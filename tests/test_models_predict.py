@@ -302,3 +302,22 @@ def test_int4_weights_run_weight_only_even_where_the_gpu_has_int4_tensor_cores()
     assert any("storage format" in a and "upcast to bf16" in a for a in int4.assumptions)
     # int4 activations too: the int4 tensor cores run it (W4A4)
     assert float(run("int4", "int4").ttft_s) < 0.5 * float(bf16.ttft_s)
+
+
+@pytest.mark.parametrize(("gpu", "act"), [("v100-sxm2-32gb", "fp16"), ("b300", "bf16")])
+def test_weights_whose_matmul_is_no_faster_run_weight_only(gpu: str, act: str) -> None:
+    # V100 multiplies int8 on its vector units (dp4a) below its fp16 tensor peak, and
+    # Blackwell Ultra cut its int8 tensor rate below bf16: no engine would run an int8
+    # GEMM there, so int8 weights are upcast to the activation dtype (W8A16): the prefill
+    # computes at the activation dtype's rate, as the unquantised model does
+    hw = pm.load_hardware(gpu)
+    assert hw.peak("int8") < hw.peak(act)
+
+    def run(weights: str | None) -> ModelPrediction:
+        return predict_model("llama-3.1-8b", hw, phase="generate", batch=8, prompt_len=2048,
+                             gen_len=128, weight_dtype=weights)
+
+    base, int8 = run(None), run("int8")
+    assert float(int8.ttft_s) == pytest.approx(float(base.ttft_s), rel=1e-9)
+    assert float(int8.tpot_s) < float(base.tpot_s)
+    assert any("no faster" in a and f"upcast to {act}" in a for a in int8.assumptions)

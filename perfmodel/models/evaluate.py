@@ -10,8 +10,9 @@ on tiny arrays.
 
 Dtype fallbacks, decided here because they depend on the GPU:
 
-- A GEMM whose weight dtype the GPU has no peak for (fp8 on A100, fp4 on H100), or whose
-  weights are int4 (:data:`WEIGHT_ONLY_DTYPES`), runs in the activation dtype with the
+- A GEMM whose weight dtype the GPU has no peak for (fp8 on A100, fp4 on H100), or no
+  higher peak than the activation dtype's (int8 on V100), or whose weights are int4
+  (:data:`WEIGHT_ONLY_DTYPES`), runs in the activation dtype with the
   weights read at their stored width and upcast in the kernel (weight-only
   quantisation, Marlin-style): the stand-in GEMM's memory time and bytes are
   scaled by the ratio of the two minimum traffics; latency = stand-in latency − max(c, m)
@@ -89,8 +90,11 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
     if g.kind is Gemm:
         w, a = str(args["dtype"]), str(args.get("out_dtype") or args["dtype"])
         # int4 weights (AWQ/GPTQ-style checkpoints) are a storage format: engines compute
-        # with the activations' dtype (W4A16, W4A8) even where the GPU has int4 tensor cores
-        storage = w in WEIGHT_ONLY_DTYPES and w != a
+        # with the activations' dtype (W4A16, W4A8) even where the GPU has int4 tensor
+        # cores; so is any weight dtype whose matmul is no faster than the activations'
+        # (int8 on V100: dp4a on the vector units, below its fp16 tensor peak)
+        slower = w in hw.peaks and a in hw.peaks and hw.peaks[w].peak <= hw.peaks[a].peak
+        storage = (w in WEIGHT_ONLY_DTYPES or slower) and w != a
         if (w not in hw.peaks or storage) and a in hw.peaks \
                 and bytes_per_element(w) < bytes_per_element(a):
             s_w, s_a = bytes_per_element(w), bytes_per_element(a)
@@ -100,8 +104,10 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
             out = s_a * b * m * n + (s_a * n if args.get("bias") else 0.0)
             real = s_a * b * m * k + s_w * b_mats * k * n + out
             stand = s_a * b * m * k + s_a * b_mats * k * n + out
-            what = f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast" \
-                if w in hw.peaks else f"{hw.id} has no {w} matmul: {w} weights are upcast"
+            what = (f"{hw.id} has no {w} matmul: {w} weights are upcast" if w not in hw.peaks
+                    else f"{hw.id}'s {w} matmul is no faster than its {a} one: {w} weights "
+                    "are upcast" if slower
+                    else f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast")
             return ({**args, "dtype": a}, real / stand,
                     f"{what} to {a} in the kernel (weight-only quantisation), read at "
                     f"{s_w:g} B/element")
