@@ -133,8 +133,8 @@ def add_dtype_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("dtypes (chosen independently)")
     g.add_argument("--weight-dtype", metavar="DT",
                    help="linear weights (default: the checkpoint's; fp8 → fp8 GEMMs where the "
-                   "GPU has them, else weights upcast in the kernel; int4 (AWQ/GPTQ) → "
-                   "always upcast to the activation dtype)")
+                   "GPU runs them faster than the activation dtype, else weights upcast in "
+                   "the kernel; int4 (AWQ/GPTQ) → always upcast to the activation dtype)")
     g.add_argument("--dtype", "--activation-dtype", dest="activation_dtype", metavar="DT",
                    help="activations (default bf16, fp16 where the GPU lacks bf16)")
     g.add_argument("--kv-dtype", metavar="DT", help="KV cache (default: the activation dtype)")

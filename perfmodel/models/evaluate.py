@@ -12,16 +12,16 @@ Dtype fallbacks, decided here because they depend on the GPU:
 
 - A GEMM whose weight dtype the GPU has no peak for (fp8 on A100, fp4 on H100), or no
   higher peak than the activation dtype's (int8 on V100), or whose weights are int4
-  (:data:`WEIGHT_ONLY_DTYPES`), runs in the activation dtype with the
-  weights read at their stored width and upcast in the kernel (weight-only
-  quantisation, Marlin-style): the stand-in GEMM's memory time and bytes are
-  scaled by the ratio of the two minimum traffics; latency = stand-in latency − max(c, m)
-  + max(c', m'). Its compute c' is the stand-in's, except for a batch of at most 64 rows
-  (decode): a mixed-input kernel computes it in one pass of 16-row blocks
-  (:data:`MIXED_INPUT_ROWS`) spread over every SM, c' = min(c, 2·b·16⌈m/16⌉·n·k / R) at
-  the activation dtype's achievable rate R, so a 4-bit decode GEMM runs at its weights'
-  memory time, not at the padded small tile's. A GEMM whose weight dtype the GPU supports
-  runs in it (activations quantised on the fly; the quantise kernel is not counted).
+  (:data:`WEIGHT_ONLY_DTYPES`), runs in the activation dtype with the weights read at
+  their stored width and upcast in the kernel (weight-only quantisation, Marlin-style):
+  the stand-in GEMM's memory time and bytes are scaled by the ratio of the two minimum
+  traffics; latency = stand-in latency − max(c, m) + max(c', m'). Its compute c' is the
+  stand-in's, except for a batch of at most 64 rows (decode): a mixed-input kernel
+  computes it in one pass of 16-row blocks (:data:`MIXED_INPUT_ROWS`) spread over every
+  SM, c' = min(c, 2·b·16⌈m/16⌉·n·k / R) at the activation dtype's achievable rate R, so a
+  4-bit decode GEMM runs at its weights' memory time, not at the padded small tile's.
+  Any other GEMM runs in its weight dtype (activations quantised on the fly; the
+  quantise kernel is not counted).
 - Attention with a KV-cache dtype the GPU has no peak for: the same, on the K/V bytes.
 """
 
