@@ -174,6 +174,8 @@ def test_model_predictions_unchanged(case: dict[str, Any]) -> None:
            if f not in faster and (f != "tokens_per_s" or not mixed)
            and not np.allclose(getattr(r, f), case[f], rtol=RTOL, atol=0.0, equal_nan=True)]
     bad += [f for f in faster if not np.all(np.asarray(getattr(r, f)) <= np.asarray(case[f]))]
+    if mixed and not np.all(np.asarray(r.tokens_per_s) >= np.asarray(case["tokens_per_s"])):
+        bad.append("tokens_per_s")
     if mixed:
         assert float(r.tpot_s) < 0.99 * float(case["tpot_s"])  # the change is there
     rows = {row.name: row.latency_s for row in r.ops}
