@@ -6,7 +6,8 @@ from typing import Literal, get_args
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["DTYPES", "DType", "bytes_per_element", "normalize_dtype"]
+__all__ = ["DTYPES", "WEIGHT_SCALE_BYTES", "DType", "bytes_per_element", "normalize_dtype",
+           "weight_bytes_per_element"]
 
 DType = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
 DTYPES: tuple[DType, ...] = get_args(DType)
@@ -49,3 +50,20 @@ def bytes_per_element(dtype: str) -> float:
     """Bytes one element of ``dtype`` occupies in memory (fp4/int4: 0.5)."""
     size = _BYTES.get(dtype) if type(dtype) is str else None  # type: ignore[call-overload]
     return size if size is not None else _BYTES[normalize_dtype(dtype)]
+
+
+#: Scale-factor bytes stored with each weight element of a model checkpoint, by weight
+#: dtype: int4 checkpoints (GPTQ, AWQ) keep one fp16 scale per group of 128 weights (their
+#: default group size), 2/128 B per weight, which is what makes Marlin's ideal speedup
+#: over fp16 16/4.125 = 3.88x rather than 4x (Frantar et al., PPoPP 2025). Zero points of
+#: asymmetric (AWQ) checkpoints, 4 bits per group, are left out. fp4 has none here: its
+#: scales depend on the format (one e8m0 per 32 for MXFP4, one fp8 per 16 for NVFP4), and
+#: a quantized GEMM's ``nvfp4`` scheme counts its own (:mod:`perfmodel.ops.gemm`).
+WEIGHT_SCALE_BYTES: dict[DType, float] = {"int4": 2.0 / 128.0}
+
+
+def weight_bytes_per_element(dtype: str) -> float:
+    """Bytes one stored weight of ``dtype`` takes with its scale factors:
+    :func:`bytes_per_element` + :data:`WEIGHT_SCALE_BYTES` (int4: 0.5 + 2/128)."""
+    dt = normalize_dtype(dtype)
+    return _BYTES[dt] + WEIGHT_SCALE_BYTES.get(dt, 0.0)

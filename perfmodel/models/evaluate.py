@@ -35,7 +35,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.dtypes import DType, bytes_per_element
+from perfmodel.dtypes import DType, bytes_per_element, weight_bytes_per_element
 from perfmodel.engines import attention_kernel, fused_quantize, gemm_kernel, normalize_engine
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
@@ -97,7 +97,9 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
         storage = (w in WEIGHT_ONLY_DTYPES or slower) and w != a
         if (w not in hw.peaks or storage) and a in hw.peaks \
                 and bytes_per_element(w) < bytes_per_element(a):
-            s_w, s_a = bytes_per_element(w), bytes_per_element(a)
+            # the weights with their scale factors (int4: one fp16 per 128)
+            s_w, s_a = weight_bytes_per_element(w), bytes_per_element(a)
+            s_w_raw = bytes_per_element(w)
             m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
             b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
             b_mats = 1.0 if args.get("shared_b") else b
@@ -110,7 +112,7 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
                     else f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast")
             return ({**args, "dtype": a}, real / stand,
                     f"{what} to {a} in the kernel (weight-only quantisation), read at "
-                    f"{s_w:g} B/element")
+                    f"{s_w:.4g} B/element" + (" with their scales" if s_w > s_w_raw else ""))
     if g.kind is Attention:
         a, kvd = str(args["dtype"]), str(args.get("kv_dtype") or args["dtype"])
         if kvd not in hw.peaks and a in hw.peaks:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.dtypes import bytes_per_element
+from perfmodel.dtypes import bytes_per_element, weight_bytes_per_element
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import Dtypes, tp_heads
 from perfmodel.ops.attention import kv_bytes
@@ -42,8 +42,8 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
     t = np.asarray(tp, dtype=np.float64)
     _, kv_t = tp_heads(cfg, t)
     h, layers = cfg.hidden_size, cfg.num_layers
-    s_w, s_a = bytes_per_element(dt.weight), bytes_per_element(dt.activation)
-    s_e = bytes_per_element(dt.expert)
+    s_w, s_a = weight_bytes_per_element(dt.weight), bytes_per_element(dt.activation)
+    s_e = weight_bytes_per_element(dt.expert)
     kv_share = kv_t / cfg.num_kv_heads  # fraction of the K/V projections each GPU holds
     q_o = 2.0 * h * cfg.q_width / t
     k_v = 2.0 * h * cfg.kv_width * kv_share
