@@ -175,3 +175,13 @@ def test_activation_peak_formula() -> None:
     # 2·T·h + max(attention (2H + 2H_kv)·D, MLP 3·I) per token at 2 B, + 4·V fp32 logits:
     # llama-2-7b, 1000 tokens: (8192 + 3·11008)·2·1000 + 4·32000
     assert float(activation_bytes(LLAMA7, 1, 1000)) == (8192 + 33024) * 2 * 1000 + 128_000
+
+
+def test_int4_weights_carry_one_fp16_scale_per_128() -> None:
+    # Llama-2-7B's linear layers, by hand: 32 layers of q, k, v, o (4 × 4096²) and a gated
+    # MLP (3 × 4096 × 11008); embeddings and norms stay in the activation dtype. An int4
+    # checkpoint (GPTQ/AWQ, group 128) stores 4 bits plus 16/128 bits of scale a weight
+    linear = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+    bf16 = float(weight_bytes(LLAMA7, 1, Dtypes()))
+    int4 = float(weight_bytes(LLAMA7, 1, Dtypes(weight="int4", expert="int4")))
+    assert bf16 - int4 == pytest.approx(linear * (2.0 - 4.125 / 8.0), rel=1e-12)
