@@ -119,3 +119,25 @@ def test_static_batch_that_does_not_fit_is_capped_and_says_so(
     assert d["batch_capped_from"] == 256
     assert 1 <= d["batch"] < 256
     assert d["memory"]["fits"] is True
+
+
+def test_targets_a_burst_meets_give_a_throughput_bound_not_a_crash() -> None:
+    # targets so loose that 100 requests sent at once meet them: no rate fails, so the
+    # rate is the one the replica completes the burst at, n / (last finish - first send);
+    # before, the search doubled to ~10^13 requests/s and divided by zero replicas
+    loose = Workload(requests_per_s=1, prompt_len=512, output_len=64, ttft_target_s=1000.0,
+                     tpot_target_s=10.0)
+    o = plan("llama-2-7b", ["h100-sxm"], loose, tp_options=(8,), method="simulate",
+             requests=100).gpus[0].best
+    assert o is not None
+    assert o.feasible
+    assert o.limited_by.startswith("throughput")
+    assert (o.replicas, o.gpus) == (1, 8)
+    from perfmodel.serving.requests import Workload as Requests
+    burst = Requests("poisson", np.full(100, 512), np.full(100, 64), np.zeros(100), 0,
+                     math.inf)
+    r = simulate("llama-2-7b", "h100-sxm", burst, tp=8)
+    # the planner's step-time grids are sized for its own requests, the replay's for its:
+    # a few percent apart on a burst (where the batch sweeps every size)
+    assert o.requests_per_s_per_replica == pytest.approx(100 / r.duration_s, rel=0.1)
+    assert 0.0 < o.tokens_per_s_per_gpu < math.inf
