@@ -115,3 +115,17 @@ def test_engine_host_time_flag(capsys: pytest.CaptureFixture[str]) -> None:
         code, _, err = _run(capsys, *base, "--step-overhead-ms", bad)
         assert code == 2
         assert "--step-overhead-ms" in err
+
+
+def test_a_spec_file_as_the_gpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # a user spec's id is not a bundled one: the report (and its roofline chart) must use
+    # the spec as given, not look its id up in the catalogue
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("extends: h100-sxm\nid: my-h100\nname: My H100\n")
+    chart = tmp_path / "roofline.png"
+    assert main(["model", "llama-2-7b", "--gpu", str(spec), "--prompt", "128", "--gen", "8",
+                 "--plot", str(chart)]) == 0
+    out = capsys.readouterr().out
+    assert "on My H100 [my-h100]" in out
+    assert "TTFT" in out
+    assert chart.is_file()

@@ -33,6 +33,7 @@ from perfmodel.cli._model_args import (
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.hardware.catalog import load_hardware
+from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import (
     TransformerConfig,
     active_params,
@@ -135,8 +136,8 @@ def _suggest_tp(cfg: TransformerConfig, pred: ModelPrediction) -> str:
     return ""
 
 
-def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namespace) -> None:
-    hw = load_hardware(pred.hardware)
+def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namespace,
+            hw: HardwareSpec) -> None:
     mem = pred.memory
     f = float
     p, g, b = args.prompt, args.gen, args.batch
@@ -275,8 +276,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from perfmodel import plots
         if len(preds) == 1:
-            plots.plot_roofline(plots.roofline_data(preds[0], note=_window_note(cfg, args)),
-                                args.plot)
+            plots.plot_roofline(plots.roofline_data(preds[0], load_hardware(args.gpu[0]),
+                                                    note=_window_note(cfg, args)), args.plot)
         else:
             plots.plot_gpu_comparison(plots.comparison_data(preds, _window_note(cfg, args)),
                                       args.plot)
@@ -294,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: a batch of {capped_from} does not fit in memory at this context; "
                   f"capped to {args.batch}, the largest that fits (more GPUs with --tp, or "
                   "narrower --weight-dtype/--kv-dtype, hold more)\n")
-        _report(cfg, preds[0], args)
+        # the spec as given (a YAML path's id is not a bundled one)
+        _report(cfg, preds[0], args, load_hardware(args.gpu[0]))
     else:
         _compare(cfg, preds)
     if args.plot:
