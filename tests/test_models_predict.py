@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -323,3 +324,24 @@ def test_weights_whose_matmul_is_no_faster_run_weight_only(gpu: str, act: str) -
     assert float(int8.ttft_s) == pytest.approx(float(base.ttft_s), rel=1e-9)
     assert float(int8.tpot_s) < float(base.tpot_s)
     assert any("no faster" in a and f"upcast to {act}" in a for a in int8.assumptions)
+
+
+def test_an_engine_runs_weights_whose_matmul_is_no_faster_weight_only(tmp_path: Path) -> None:
+    # a GPU (a user's spec) whose fp8 peak is only its bf16 one: an engine would not run
+    # per-tensor fp8 GEMMs on it; the weights are upcast as where fp8 is missing (before,
+    # the engine's fp8 scheme met the bf16 stand-in: "per-tensor scales apply to fp8/int8
+    # inputs, not bf16")
+    spec = tmp_path / "slow-fp8.yaml"
+    spec.write_text("extends: h100-sxm\nid: slow-fp8\nname: Slow fp8\npeaks:\n  fp8: "
+                    "{peak: 989.4 TFLOP/s, flops_per_clock_per_unit: 4096, "
+                    "sparse_peak: 1978.9 TFLOP/s}\n")
+    hw = pm.load_hardware(str(spec))
+
+    def run(weights: str | None) -> ModelPrediction:
+        return predict_model("llama-3.1-8b", hw, phase="generate", batch=4, prompt_len=512,
+                             gen_len=16, engine="trtllm", weight_dtype=weights)
+
+    bf16, fp8 = run(None), run("fp8")
+    assert float(fp8.ttft_s) == pytest.approx(float(bf16.ttft_s), rel=1e-9)
+    assert float(fp8.tpot_s) < float(bf16.tpot_s)
+    assert any("no faster" in a for a in fp8.assumptions)

@@ -83,6 +83,19 @@ def _shape_fields(cls: type) -> tuple[str, ...]:
 WEIGHT_ONLY_DTYPES = frozenset({"int4"})
 
 
+def _native_weights(hw: HardwareSpec, w: str, a: str) -> bool:
+    """Whether a GEMM of ``w`` weights and ``a`` activations runs in ``w`` on ``hw`` (the
+    activations quantised to it): the GPU multiplies ``w`` faster than ``a`` (datasheet
+    peaks), and ``w`` is not a weight storage format (:data:`WEIGHT_ONLY_DTYPES`) unless
+    the activations are of it too. Otherwise the weights are upcast to ``a`` in the
+    kernel (weight-only quantisation)."""
+    if w == a:
+        return True
+    if w not in hw.peaks or w in WEIGHT_ONLY_DTYPES:
+        return False
+    return a not in hw.peaks or hw.peaks[w].peak > hw.peaks[a].peak
+
+
 def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str | None]:
     """Arguments of a predictable stand-in for ``g`` on ``hw``, the ratio of real to
     stand-in memory traffic (None if unchanged) and a note."""
@@ -93,9 +106,7 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
         # with the activations' dtype (W4A16, W4A8) even where the GPU has int4 tensor
         # cores; so is any weight dtype whose matmul is no faster than the activations'
         # (int8 on V100: dp4a on the vector units, below its fp16 tensor peak)
-        slower = w in hw.peaks and a in hw.peaks and hw.peaks[w].peak <= hw.peaks[a].peak
-        storage = (w in WEIGHT_ONLY_DTYPES or slower) and w != a
-        if (w not in hw.peaks or storage) and a in hw.peaks \
+        if not _native_weights(hw, w, a) and a in hw.peaks \
                 and bytes_per_element(w) < bytes_per_element(a):
             # the weights with their scale factors (int4: one fp16 per 128)
             s_w, s_a = weight_bytes_per_element(w), bytes_per_element(a)
@@ -107,9 +118,10 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
             real = s_a * b * m * k + s_w * b_mats * k * n + out
             stand = s_a * b * m * k + s_a * b_mats * k * n + out
             what = (f"{hw.id} has no {w} matmul: {w} weights are upcast" if w not in hw.peaks
+                    else f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast"
+                    if w in WEIGHT_ONLY_DTYPES
                     else f"{hw.id}'s {w} matmul is no faster than its {a} one: {w} weights "
-                    "are upcast" if slower
-                    else f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast")
+                    "are upcast")
             return ({**args, "dtype": a}, real / stand,
                     f"{what} to {a} in the kernel (weight-only quantisation), read at "
                     f"{s_w:.4g} B/element" + (" with their scales" if s_w > s_w_raw else ""))
@@ -323,7 +335,9 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
         w = str(args["dtype"])
         quant = {"fp8": "per-channel" if engine == "sglang" else "per-tensor",
                  "fp4": "nvfp4"}.get(w)
-        if quant is not None and w in hw.peaks and (w != "fp4" or hw.arch == "blackwell"):
+        act = str(args.get("out_dtype") or "bf16")
+        if quant is not None and _native_weights(hw, w, act) \
+                and (w != "fp4" or hw.arch == "blackwell"):
             gemm = gemm_kernel(engine, hw.arch, quant)
             fused = fused_quantize(engine, quant)
             new = {**args, "quant": quant, "impl": gemm.impl,
