@@ -11,6 +11,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.models.config import (
     TransformerConfig,
     active_params,
+    from_hf_dict,
     list_models,
     load_model,
     num_params,
@@ -169,3 +170,20 @@ def test_layer_kinds_from_hf_fields() -> None:
     assert oss.qkv_bias
     assert load_model("qwen2.5-72b").qkv_bias
     assert not load_model("qwen2.5-72b").o_bias
+
+
+def test_interleaved_local_and_global_layers() -> None:
+    # Gemma 2 (no layer_types in its config): layer i attends through the 4096-token window
+    # where i is even, to the whole context where it is odd (transformers' Gemma2 layers),
+    # so 21 of 42 slide; Gemma 3's sliding_window_pattern 6 makes layers 5, 11, ... global:
+    # 34 layers keep 34 - 5 = 29 sliding; without either, every layer slides (Mistral)
+    base = {"hidden_size": 3584, "intermediate_size": 14336, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+            "hidden_act": "gelu_pytorch_tanh", "sliding_window": 4096}
+    gemma2 = from_hf_dict({**base, "model_type": "gemma2", "num_hidden_layers": 42})
+    assert (gemma2.num_sliding_layers, gemma2.sliding_window) == (21, 4096)
+    gemma3 = from_hf_dict({**base, "model_type": "gemma3_text", "num_hidden_layers": 34,
+                           "sliding_window_pattern": 6, "sliding_window": 1024})
+    assert (gemma3.num_sliding_layers, gemma3.sliding_window) == (29, 1024)
+    plain = from_hf_dict({**base, "model_type": "mistral", "num_hidden_layers": 42})
+    assert plain.num_sliding_layers == 42

@@ -280,6 +280,18 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     window = d.get("sliding_window")
     if isinstance(layer_types, list):
         sliding = sum(1 for t in layer_types if "sliding" in str(t))
+    elif window and (mtype == "gemma2" or d.get("sliding_window_pattern") is not None):
+        # local and global layers interleave where the config names no layer types:
+        # Gemma 2 alternates, sliding first (layer i slides where i is even); a
+        # ``sliding_window_pattern`` P (Gemma 3, Cohere 2) makes every P-th layer global
+        layers_ = _whole(_req(d, name, "num_hidden_layers", "n_layer"), "num_hidden_layers",
+                         name)
+        pattern = 2 if mtype == "gemma2" else _whole(d["sliding_window_pattern"],
+                                                     "sliding_window_pattern", name)
+        if pattern < 1:
+            raise PerfmodelError(f"{name}: sliding_window_pattern", f"{pattern} is below 1",
+                                 "use the model's value (Gemma 3: 6)")
+        sliding = (layers_ + 1) // 2 if mtype == "gemma2" else layers_ - layers_ // pattern
     elif mtype.startswith(("qwen2", "qwen3")):
         use = bool(d.get("use_sliding_window", False))
         layers_ = _whole(_req(d, name, "num_hidden_layers", "n_layer"), "num_hidden_layers",
