@@ -187,3 +187,47 @@ def test_interleaved_local_and_global_layers() -> None:
     assert (gemma3.num_sliding_layers, gemma3.sliding_window) == (29, 1024)
     plain = from_hf_dict({**base, "model_type": "mistral", "num_hidden_layers": 42})
     assert plain.num_sliding_layers == 42
+
+
+def test_llama4_shared_expert_and_chunked_layers() -> None:
+    # Llama 4 Scout's text model, by hand: 48 layers of attention (q, o: 5120 x 40·128;
+    # k, v: 5120 x 8·128), 16 routed experts plus one shared one, each a gated MLP of 8192,
+    # a 16-way router, two norms; untied embeddings of 202,048 x 5120 and a final norm
+    scout = {"model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+             "intermediate_size_mlp": 16384, "num_attention_heads": 40,
+             "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 48,
+             "num_local_experts": 16, "num_experts_per_tok": 1,
+             "interleave_moe_layer_step": 1, "vocab_size": 202048,
+             "attention_chunk_size": 8192, "tie_word_embeddings": False}
+    cfg = from_hf_dict({"model_type": "llama4", "text_config": scout})
+    attn = 2 * 5120 * 40 * 128 + 2 * 5120 * 8 * 128
+    experts = 17 * 3 * 5120 * 8192
+    expected = 48 * (attn + experts + 5120 * 16 + 2 * 5120) + 2 * 202048 * 5120 + 5120
+    assert num_params(cfg) == expected
+    # chunked attention on the RoPE layers (3 of every 4), as a window of the chunk
+    assert (cfg.num_sliding_layers, cfg.sliding_window) == (36, 8192)
+    # Maverick interleaves dense and MoE layers: refused, not half wrong
+    with pytest.raises(PerfmodelError) as err:
+        from_hf_dict({**scout, "interleave_moe_layer_step": 2, "num_local_experts": 128})
+    assert err.value.field.endswith("interleave_moe_layer_step")
+
+
+def test_gemma3_is_a_gated_gelu_mlp() -> None:
+    # Gemma 3 4B's text model (its config names the activation ``hidden_activation``): a
+    # gated GELU MLP; by hand, 34 layers of q, o (2560 x 8·256), k, v (2560 x 4·256),
+    # gate/up/down (3 x 2560 x 10240), four norms and q/k norms (2·256) a layer, tied
+    # embeddings of 262,208 x 2560 and a final norm
+    g3 = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+          "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+          "num_hidden_layers": 34, "vocab_size": 262208, "sliding_window": 1024,
+          "sliding_window_pattern": 6, "hidden_activation": "gelu_pytorch_tanh",
+          "tie_word_embeddings": True}
+    cfg = from_hf_dict({"model_type": "gemma3", "text_config": g3})
+    assert (cfg.gated_mlp, cfg.activation) == (True, "gelu")
+    attn = 2 * 2560 * 8 * 256 + 2 * 2560 * 4 * 256
+    mlp = 3 * 2560 * 10240
+    # (the model counts two norms a layer; Gemma's 0.2 M of extra norm weights are noise)
+    true = 34 * (attn + mlp + 4 * 2560 + 2 * 256) + 262208 * 2560 + 2560
+    assert num_params(cfg) == pytest.approx(true, rel=1e-4)
+    # a non-gated reading would drop a third of the MLP: 0.9 B
+    assert num_params(cfg) > true - 34 * 2560 * 10240 / 2

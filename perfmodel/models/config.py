@@ -230,8 +230,8 @@ def active_params(cfg: TransformerConfig) -> int:
 
 # ---------------------------------------------------------------------- Hugging Face
 _GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-                "phi3", "gemma", "gemma2", "gpt_oss", "olmo", "olmo2", "granite", "internlm2",
-                "yi", "deepseek", "starcoder2_gated"}
+                "phi3", "gemma", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo",
+                "olmo2", "granite", "internlm2", "yi", "deepseek", "starcoder2_gated"}
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
                  "float": "fp32"}
 _ACTS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
@@ -264,7 +264,8 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         raise PerfmodelError(f"{name}: kv_lora_rank", "multi-head latent attention (DeepSeek "
                              "MLA) is not modelled", "use a GQA model, or model MLA as GQA "
                              "by hand in a config.json")
-    act = str(d.get("hidden_act", d.get("activation_function", "silu"))).lower()
+    act = str(d.get("hidden_act", d.get("hidden_activation",
+                                         d.get("activation_function", "silu")))).lower()
     if act not in _ACTS:
         raise PerfmodelError(f"{name}: hidden_act", f"activation {act!r} is not modelled",
                              f"use one of {', '.join(sorted(_ACTS))}")
@@ -278,6 +279,25 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         inter = 4 * _whole(hidden, "hidden_size", name)
     layer_types = d.get("layer_types")
     window = d.get("sliding_window")
+    llama4 = mtype.startswith("llama4")
+    if llama4:
+        step = _whole(d.get("interleave_moe_layer_step", 1) or 1, "interleave_moe_layer_step",
+                      name)
+        if step > 1:
+            raise PerfmodelError(f"{name}: interleave_moe_layer_step",
+                                 f"MoE layers every {step} layers, dense ones between "
+                                 "(Llama 4 Maverick): interleaved dense and MoE layers are "
+                                 "not modelled", "model the MoE and the dense layers as two "
+                                 "config.json files by hand")
+        # chunked local attention (a token attends within its attention_chunk_size chunk)
+        # on the RoPE layers, taken as a sliding window of the chunk (an upper bound of
+        # the keys; the KV cache of those layers holds at most a chunk); every 4th layer
+        # (NoPE) is global, as transformers' Llama 4 builds them
+        chunk = d.get("attention_chunk_size")
+        if chunk and not isinstance(layer_types, list):
+            window = chunk
+            layer_types = ["sliding" if (i + 1) % 4 else "full" for i in range(
+                _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name))]
     if isinstance(layer_types, list):
         sliding = sum(1 for t in layer_types if "sliding" in str(t))
     elif window and (mtype == "gemma2" or d.get("sliding_window_pattern") is not None):
@@ -341,9 +361,10 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                                                           0)) or 0,
                                     "num_experts_per_tok", name) if experts else 0,
         "expert_intermediate_size": d.get("moe_intermediate_size") if experts else None,
+        # Llama 4's MoE layers add one shared expert as wide as a routed one
         "shared_expert_intermediate_size": _whole(
-            d.get("shared_expert_intermediate_size", 0) or 0, "shared_expert_intermediate_size",
-            name) if experts else 0,
+            d.get("shared_expert_intermediate_size", inter if llama4 else 0) or 0,
+            "shared_expert_intermediate_size", name) if experts else 0,
         "router_bias": mtype == "gpt_oss",
         "weight_dtype": wdt,
         "expert_weight_dtype": "fp4" if experts and method == "mxfp4" else None,
