@@ -182,6 +182,10 @@ def test_interleaved_local_and_global_layers() -> None:
             "hidden_act": "gelu_pytorch_tanh", "sliding_window": 4096}
     gemma2 = from_hf_dict({**base, "model_type": "gemma2", "num_hidden_layers": 42})
     assert (gemma2.num_sliding_layers, gemma2.sliding_window) == (21, 4096)
+    # no tie_word_embeddings in the file: Gemma2Config ties by default, LlamaConfig not
+    assert gemma2.tie_embeddings
+    assert not from_hf_dict({**base, "model_type": "llama", "num_hidden_layers": 2,
+                             "hidden_act": "silu"}).tie_embeddings
     gemma3 = from_hf_dict({**base, "model_type": "gemma3_text", "num_hidden_layers": 34,
                            "sliding_window_pattern": 6, "sliding_window": 1024})
     assert (gemma3.num_sliding_layers, gemma3.sliding_window) == (29, 1024)
@@ -231,3 +235,22 @@ def test_gemma3_is_a_gated_gelu_mlp() -> None:
     assert num_params(cfg) == pytest.approx(true, rel=1e-4)
     # a non-gated reading would drop a third of the MLP: 0.9 B
     assert num_params(cfg) > true - 34 * 2560 * 10240 / 2
+
+
+def test_falcon_kv_heads_tied_head_and_gelu_defaults() -> None:
+    # Falcon-40B's config.json: its KV heads as num_kv_heads, no hidden_act (FalconConfig's
+    # default GELU, an ungated 4 x hidden MLP) and no tie_word_embeddings (FalconConfig
+    # ties by default). By hand: 60 layers of fused QKV (8192 x (128 + 2·8)·64), the
+    # output (8192²) and the MLP (2 x 8192 x 32768), one 65,024 x 8192 embedding
+    f40 = {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "hidden_size": 8192,
+           "num_attention_heads": 128, "num_kv_heads": 8, "num_hidden_layers": 60,
+           "vocab_size": 65024, "new_decoder_architecture": True, "multi_query": True,
+           "parallel_attn": True, "bias": False, "alibi": False}
+    cfg = from_hf_dict(f40)
+    assert (cfg.num_kv_heads, cfg.tie_embeddings, cfg.gated_mlp) == (8, True, False)
+    layer = 8192 * (128 + 2 * 8) * 64 + 8192 * 8192 + 2 * 8192 * 32768
+    assert num_params(cfg) == pytest.approx(60 * layer + 65024 * 8192, rel=1e-4)
+    # Falcon-7B: multi-query, no KV-head count given
+    f7 = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71,
+          "num_hidden_layers": 32, "vocab_size": 65024, "multi_query": True}
+    assert from_hf_dict(f7).num_kv_heads == 1

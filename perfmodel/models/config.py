@@ -232,6 +232,12 @@ def active_params(cfg: TransformerConfig) -> int:
 _GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
                 "phi3", "gemma", "gemma2", "gemma3", "gemma3_text", "gpt_oss", "olmo",
                 "olmo2", "granite", "internlm2", "yi", "deepseek", "starcoder2_gated"}
+#: Model types whose transformers config class ties the LM head to the embedding by
+#: default: a config.json saved by transformers leaves a value equal to its class's
+#: default out, so a missing ``tie_word_embeddings`` means True for these, False for the
+#: Llama-like rest (LlamaConfig, MistralConfig, Qwen2Config... default to False).
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere",
+                              "cohere2", "starcoder2"})
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
                  "float": "fp32"}
 _ACTS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
@@ -264,15 +270,16 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         raise PerfmodelError(f"{name}: kv_lora_rank", "multi-head latent attention (DeepSeek "
                              "MLA) is not modelled", "use a GQA model, or model MLA as GQA "
                              "by hand in a config.json")
-    act = str(d.get("hidden_act", d.get("hidden_activation",
-                                         d.get("activation_function", "silu")))).lower()
+    act = str(d.get("hidden_act", d.get("hidden_activation", d.get(
+        "activation_function", "gelu" if mtype == "falcon" else "silu")))).lower()
     if act not in _ACTS:
         raise PerfmodelError(f"{name}: hidden_act", f"activation {act!r} is not modelled",
                              f"use one of {', '.join(sorted(_ACTS))}")
     gated = bool(d.get("_gated_mlp", mtype in _GATED_TYPES or _ACTS[act] == "silu"))
     hidden = _req(d, name, "hidden_size", "n_embd", "d_model")
     heads = _req(d, name, "num_attention_heads", "n_head")
-    inter = d.get("intermediate_size", d.get("n_inner", d.get("ffn_dim")))
+    inter = d.get("intermediate_size", d.get("n_inner", d.get("ffn_dim",
+                                                               d.get("ffn_hidden_size"))))
     if inter is None:
         if gated:
             _req(d, name, "intermediate_size")
@@ -339,13 +346,16 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         "hidden_size": hidden,
         "num_layers": _req(d, name, "num_hidden_layers", "n_layer"),
         "num_heads": heads,
-        "num_kv_heads": d.get("num_key_value_heads", 1 if d.get("multi_query") else None),
+        # Falcon names its KV heads num_kv_heads (n_head_kv in older files)
+        "num_kv_heads": next((d[k] for k in ("num_key_value_heads", "num_kv_heads",
+                                             "n_head_kv") if d.get(k) is not None),
+                             1 if d.get("multi_query") else None),
         "head_dim": d.get("head_dim"),
         "intermediate_size": inter,
         "gated_mlp": gated,
         "activation": _ACTS[act],
         "vocab_size": _req(d, name, "vocab_size"),
-        "tie_embeddings": bool(d.get("tie_word_embeddings", False)),
+        "tie_embeddings": bool(d.get("tie_word_embeddings", mtype in _TIED_BY_DEFAULT)),
         "norm": "layer" if ("layer_norm_eps" in d or "layer_norm_epsilon" in d)
         and "rms_norm_eps" not in d else "rms",
         "rotary": True,
