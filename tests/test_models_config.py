@@ -254,3 +254,17 @@ def test_falcon_kv_heads_tied_head_and_gelu_defaults() -> None:
     f7 = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71,
           "num_hidden_layers": 32, "vocab_size": 65024, "multi_query": True}
     assert from_hf_dict(f7).num_kv_heads == 1
+
+
+@pytest.mark.parametrize("extra", [{"decoder_sparse_step": 2}, {"mlp_only_layers": [0, 1]}])
+def test_moe_on_some_layers_only_is_refused(extra: dict[str, object]) -> None:
+    # Qwen-MoE configs can leave some layers dense: every layer would be read as MoE
+    qwen = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+            "moe_intermediate_size": 768, "num_attention_heads": 32, "num_key_value_heads": 4,
+            "head_dim": 128, "num_hidden_layers": 48, "num_experts": 128,
+            "num_experts_per_tok": 8, "vocab_size": 151936, "decoder_sparse_step": 1,
+            "mlp_only_layers": []}
+    assert from_hf_dict(qwen).num_experts == 128
+    with pytest.raises(PerfmodelError) as err:
+        from_hf_dict({**qwen, **extra})
+    assert "interleaved" in err.value.problem

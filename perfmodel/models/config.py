@@ -286,6 +286,14 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         inter = 4 * _whole(hidden, "hidden_size", name)
     layer_types = d.get("layer_types")
     window = d.get("sliding_window")
+    dense_between = d.get("mlp_only_layers") or []
+    if (_whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name) > 1
+            or (isinstance(dense_between, list) and dense_between)):
+        raise PerfmodelError(f"{name}: decoder_sparse_step",
+                             "MoE on some layers only, dense MLPs on the others "
+                             "(decoder_sparse_step > 1 or mlp_only_layers): interleaved dense "
+                             "and MoE layers are not modelled", "model the MoE and the dense "
+                             "layers as two config.json files by hand")
     llama4 = mtype.startswith("llama4")
     if llama4:
         step = _whole(d.get("interleave_moe_layer_step", 1) or 1, "interleave_moe_layer_step",
