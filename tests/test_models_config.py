@@ -268,3 +268,20 @@ def test_moe_on_some_layers_only_is_refused(extra: dict[str, object]) -> None:
     with pytest.raises(PerfmodelError) as err:
         from_hf_dict({**qwen, **extra})
     assert "interleaved" in err.value.problem
+
+
+@pytest.mark.parametrize(("quant", "dtype"), [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8"),
+    ({"quant_method": "awq", "w_bit": 4}, "int4"),
+    ({"quant_method": "fp8"}, "fp8"),
+])
+def test_quantized_checkpoints_give_their_weight_dtype(quant: dict[str, object],
+                                                       dtype: str) -> None:
+    base = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2,
+            "vocab_size": 128256, "torch_dtype": "float16"}
+    assert from_hf_dict(base).weight_dtype == "fp16"
+    assert from_hf_dict({**base, "quantization_config": quant}).weight_dtype == dtype
+    with pytest.raises(PerfmodelError):  # 3-bit GPTQ: not a dtype the model has
+        from_hf_dict({**base, "quantization_config": {"quant_method": "gptq", "bits": 3}})

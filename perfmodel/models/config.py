@@ -238,6 +238,8 @@ _GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "q
 #: Llama-like rest (LlamaConfig, MistralConfig, Qwen2Config... default to False).
 _TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere",
                               "cohere2", "starcoder2"})
+#: quantization_config methods whose ``bits`` give integer weights (int4/int8).
+_INT_QUANT_METHODS = frozenset({"awq", "gptq", "awq_marlin", "gptq_marlin"})
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
                  "float": "fp32"}
 _ACTS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
@@ -347,6 +349,14 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     wdt = _TORCH_DTYPES.get(str(d.get("torch_dtype", d.get("dtype", "bfloat16"))), "bf16")
     if method == "fp8":
         wdt = "fp8"
+    elif method in _INT_QUANT_METHODS:
+        # AWQ/GPTQ checkpoints: integer weights of ``bits`` (``w_bit`` in early AWQ files)
+        bits = quant.get("bits", quant.get("w_bit"))
+        if bits not in (4, 8):
+            raise PerfmodelError(f"{name}: quantization_config.bits",
+                                 f"{method} weights of {bits!r} bits are not modelled",
+                                 "use a 4- or 8-bit checkpoint, or pass --weight-dtype")
+        wdt = "int4" if bits == 4 else "int8"
     attn_bias = bool(d.get("attention_bias", False))
     qwen = mtype.startswith("qwen2")
     fields: dict[str, Any] = {
