@@ -275,6 +275,13 @@ def test_moe_on_some_layers_only_is_refused(extra: dict[str, object]) -> None:
     ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8"),
     ({"quant_method": "awq", "w_bit": 4}, "int4"),
     ({"quant_method": "fp8"}, "fp8"),
+    # llm-compressor's format: W4A16 and FP8 checkpoints
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "group_size": 128},
+        "input_activations": None}}}, "int4"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float"},
+        "input_activations": {"num_bits": 8, "type": "float"}}}}, "fp8"),
 ])
 def test_quantized_checkpoints_give_their_weight_dtype(quant: dict[str, object],
                                                        dtype: str) -> None:

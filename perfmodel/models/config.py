@@ -247,6 +247,28 @@ _ACTS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
          "gelu_python": "gelu", "relu": "relu"}
 
 
+def _compressed_tensors_dtype(quant: dict[str, Any], name: str) -> str | None:
+    """The weight dtype of a compressed-tensors (llm-compressor) checkpoint: its first
+    config group's ``weights`` (``num_bits``, ``type``): int 4/8 → int4/int8, float 8/4 →
+    fp8/fp4; None where the file names no group."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None
+    first = next(iter(groups.values()))
+    weights = first.get("weights") if isinstance(first, dict) else None
+    if not isinstance(weights, dict):
+        return None
+    kind, bits = str(weights.get("type", "int")), weights.get("num_bits")
+    known: dict[tuple[str, Any], str] = {("int", 4): "int4", ("int", 8): "int8",
+                                         ("float", 8): "fp8", ("float", 4): "fp4"}
+    dtype = known.get((kind, bits))
+    if dtype is None:
+        raise PerfmodelError(f"{name}: quantization_config.config_groups",
+                             f"{kind} weights of {bits!r} bits are not modelled",
+                             "pass --weight-dtype for the nearest dtype")
+    return dtype
+
+
 def _req(d: dict[str, Any], source: str, *keys: str) -> Any:
     for key in keys:
         if d.get(key) is not None:
@@ -357,6 +379,8 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                  f"{method} weights of {bits!r} bits are not modelled",
                                  "use a 4- or 8-bit checkpoint, or pass --weight-dtype")
         wdt = "int4" if bits == 4 else "int8"
+    elif method == "compressed-tensors":
+        wdt = _compressed_tensors_dtype(quant, name) or wdt
     attn_bias = bool(d.get("attention_bias", False))
     qwen = mtype.startswith("qwen2")
     fields: dict[str, Any] = {
