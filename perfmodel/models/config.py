@@ -311,8 +311,9 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     layer_types = d.get("layer_types")
     window = d.get("sliding_window")
     dense_between = d.get("mlp_only_layers") or []
-    if (_whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name) > 1
-            or (isinstance(dense_between, list) and dense_between)):
+    moe = bool(d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts"))
+    if moe and (_whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name) > 1
+                or (isinstance(dense_between, list) and dense_between)):
         raise PerfmodelError(f"{name}: decoder_sparse_step",
                              "MoE on some layers only, dense MLPs on the others "
                              "(decoder_sparse_step > 1 or mlp_only_layers): interleaved dense "
