@@ -56,14 +56,16 @@ def bytes_per_element(dtype: str) -> float:
 #: dtype: int4 checkpoints (GPTQ, AWQ) keep one fp16 scale per group of 128 weights (their
 #: default group size), 2/128 B per weight, which is what makes Marlin's ideal speedup
 #: over fp16 16/4.125 = 3.88x rather than 4x (Frantar et al., PPoPP 2025). Zero points of
-#: asymmetric (AWQ) checkpoints, 4 bits per group, are left out. fp4 has none here: its
-#: scales depend on the format (one e8m0 per 32 for MXFP4, one fp8 per 16 for NVFP4), and
-#: a quantized GEMM's ``nvfp4`` scheme counts its own (:mod:`perfmodel.ops.gemm`).
-WEIGHT_SCALE_BYTES: dict[DType, float] = {"int4": 2.0 / 128.0}
+#: asymmetric (AWQ) checkpoints, 4 bits per group, are left out. fp4 checkpoints are taken
+#: as MXFP4 (OCP Microscaling: one e8m0 scale per 32 elements, 1/32 B; gpt-oss's experts);
+#: NVFP4 ones keep an fp8 scale per 16 (1/16 B, 1/32 B more per weight), which a quantized
+#: GEMM's ``nvfp4`` scheme counts in its own traffic (:mod:`perfmodel.ops.gemm`).
+WEIGHT_SCALE_BYTES: dict[DType, float] = {"int4": 2.0 / 128.0, "fp4": 1.0 / 32.0}
 
 
 def weight_bytes_per_element(dtype: str) -> float:
     """Bytes one stored weight of ``dtype`` takes with its scale factors:
-    :func:`bytes_per_element` + :data:`WEIGHT_SCALE_BYTES` (int4: 0.5 + 2/128)."""
+    :func:`bytes_per_element` + :data:`WEIGHT_SCALE_BYTES` (int4: 0.5 + 2/128; fp4:
+    0.5 + 1/32)."""
     dt = normalize_dtype(dtype)
     return _BYTES[dt] + WEIGHT_SCALE_BYTES.get(dt, 0.0)

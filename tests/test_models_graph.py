@@ -185,3 +185,13 @@ def test_int4_weights_carry_one_fp16_scale_per_128() -> None:
     bf16 = float(weight_bytes(LLAMA7, 1, Dtypes()))
     int4 = float(weight_bytes(LLAMA7, 1, Dtypes(weight="int4", expert="int4")))
     assert bf16 - int4 == pytest.approx(linear * (2.0 - 4.125 / 8.0), rel=1e-12)
+
+
+def test_fp4_experts_carry_one_e8m0_scale_per_32() -> None:
+    # gpt-oss-120b's experts are MXFP4 (4 bits + one 8-bit scale per 32 = 4.25 bits); by
+    # hand, 36 layers x 128 experts of gate/up (2880 x 2·2880) and down (2880 x 2880)
+    oss = load_model("gpt-oss-120b")
+    bf16 = float(weight_bytes(oss, 1, Dtypes(expert="bf16")))
+    fp4 = float(weight_bytes(oss, 1, Dtypes(expert="fp4")))
+    matrices = 36 * 128 * 3 * 2880 * 2880
+    assert bf16 - fp4 == pytest.approx(matrices * (2.0 - 4.25 / 8.0), rel=1e-12)
