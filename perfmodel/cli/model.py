@@ -273,10 +273,12 @@ def run(args: argparse.Namespace) -> int:
     capped_from = _cap_batch(cfg, preds, args)
     if capped_from:
         preds = [_predict(cfg, args.gpu[0], args)]
+    # the first GPU's spec as given (a YAML path's id is not a bundled one)
+    first = load_hardware(args.gpu[0])
     if args.plot:
         from perfmodel import plots
         if len(preds) == 1:
-            plots.plot_roofline(plots.roofline_data(preds[0], load_hardware(args.gpu[0]),
+            plots.plot_roofline(plots.roofline_data(preds[0], first,
                                                     note=_window_note(cfg, args)), args.plot)
         else:
             plots.plot_gpu_comparison(plots.comparison_data(preds, _window_note(cfg, args)),
@@ -295,8 +297,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: a batch of {capped_from} does not fit in memory at this context; "
                   f"capped to {args.batch}, the largest that fits (more GPUs with --tp, or "
                   "narrower --weight-dtype/--kv-dtype, hold more)\n")
-        # the spec as given (a YAML path's id is not a bundled one)
-        _report(cfg, preds[0], args, load_hardware(args.gpu[0]))
+        _report(cfg, preds[0], args, first)
     else:
         _compare(cfg, preds)
     if args.plot:
