@@ -46,7 +46,7 @@ from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import bundled_constants
 from perfmodel.timing.core import overlap
 from perfmodel.timing.kernels import gemm_efficiency
-from perfmodel.timing.knobs import knobs_for
+from perfmodel.timing.knobs import Knobs, knobs_for
 from perfmodel.timing.prediction import Prediction, make_prediction
 
 __all__ = ["FIELDS", "GraphTiming", "evaluate_graphs"]
@@ -153,20 +153,20 @@ MIXED_INPUT_ROWS = 16.0
 MIXED_INPUT_PASS_ROWS = 64.0
 
 
-def _mixed_input_compute(p: Prediction, op: Gemm, hw: HardwareSpec, ratio: Array) -> Array:
+def _mixed_input_compute(p: Prediction, op: Gemm, hw: HardwareSpec, k: Knobs,
+                         ratio: Array) -> Array:
     """Compute time of the mixed-input kernel that runs weight-only GEMM ``op`` (its
     stand-in in the activation dtype, predicted as ``p``; an instance is weight-only where
     its traffic ratio is below 1, a GEMM of the activation dtype sharing the stand-in's
     group has ratio 1 and keeps c): min(c, 2·b·16⌈m/16⌉·n·k / R)
     for m ≤ 64 (:data:`MIXED_INPUT_ROWS`, :data:`MIXED_INPUT_PASS_ROWS`; m itself on a
-    vector unit, which pads no rows; R the activation dtype's achievable rate, peak ×
-    compute fraction × the GEMM class's efficiency in the bundled constants), else the
-    stand-in's c.
+    vector unit, which pads no rows; R the activation dtype's achievable rate from its
+    GEMM knobs ``k``, peak × compute fraction, × the GEMM class's efficiency in the bundled
+    constants), else the stand-in's c.
     Dequantisation is taken as hidden under the weight stream, as Marlin's measurements
     show it up to batch 32."""
     c = np.asarray(p.compute_s, dtype=np.float64)
     m = np.asarray(op.m, dtype=np.float64)
-    k = knobs_for(hw, "gemm", op.dtype)
     # tensor cores compute whole 16-row blocks; a vector (SIMT) kernel only the rows
     rows = MIXED_INPUT_ROWS * np.ceil(m / MIXED_INPUT_ROWS) if k.unit == "tensor" else m
     rate = k.rate * gemm_efficiency(op, bundled_constants(), hw.arch)
@@ -185,8 +185,9 @@ def _adjust(p: Prediction, ratio: Array, hw: HardwareSpec, family: str,
     c. The stages, if any, are kept."""
     c, m = np.asarray(p.compute_s), np.asarray(p.memory_s)
     m2 = m * ratio
-    c2 = _mixed_input_compute(p, op, hw, ratio) if isinstance(op, Gemm) else c
-    order = knobs_for(hw, family, cast(DType, p.dtype)).overlap_p
+    k = knobs_for(hw, family, cast(DType, p.dtype))
+    c2 = _mixed_input_compute(p, op, hw, k, ratio) if isinstance(op, Gemm) else c
+    order = k.overlap_p
     lat = np.asarray(p.latency_s) - overlap(c, m, order) + overlap(c2, m2, order)
     return make_prediction(
         op=p.op, hardware=p.hardware, dtype=p.dtype, compute_s=c2, memory_s=m2,
