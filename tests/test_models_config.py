@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel._errors import PerfmodelError
+from perfmodel._errors import PerfmodelError, PerfmodelWarning
 from perfmodel.models.config import (
     TransformerConfig,
     active_params,
@@ -292,3 +292,186 @@ def test_quantized_checkpoints_give_their_weight_dtype(quant: dict[str, object],
     assert from_hf_dict({**base, "quantization_config": quant}).weight_dtype == dtype
     with pytest.raises(PerfmodelError):  # 3-bit GPTQ: not a dtype the model has
         from_hf_dict({**base, "quantization_config": {"quant_method": "gptq", "bits": 3}})
+
+
+# DeepSeek-MoE 16B's config.json (deepseek-ai/deepseek-moe-16b-base): 64 routed experts of
+# 1408, top-6, two shared experts, the first layer dense (10,944 wide)
+DEEPSEEK_MOE = {"model_type": "deepseek", "architectures": ["DeepseekForCausalLM"],
+                "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 28,
+                "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+                "first_k_dense_replace": 1, "moe_layer_freq": 1, "vocab_size": 102400,
+                "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6}
+
+
+def test_deepseek_moe_shared_experts_and_leading_dense_layer() -> None:
+    cfg = from_hf_dict(DEEPSEEK_MOE)
+    h = 2048
+    attn, norms = 4 * h * h, 2 * h
+    dense = 3 * h * 10944
+    experts = 64 * 3 * h * 1408
+    moe = experts + h * 64 + 3 * h * 2 * 1408  # routed + router + two shared experts
+    total = 28 * (attn + norms) + dense + 27 * moe + 2 * 102400 * h + h
+    assert num_params(cfg) == total
+    assert active_params(cfg) == total - 27 * experts + 27 * experts * 6 // 64
+    # the model card: 16.4B total, 2.8B activated
+    assert num_params(cfg) == pytest.approx(16.4e9, rel=0.01)
+    assert active_params(cfg) == pytest.approx(2.8e9, rel=0.02)
+    # MoE every other layer (DeepSeek's moe_layer_freq) is refused, not half wrong
+    with pytest.raises(PerfmodelError) as err:
+        from_hf_dict({**DEEPSEEK_MOE, "moe_layer_freq": 2})
+    assert err.value.field.endswith("moe_layer_freq")
+
+
+def test_leading_dense_layers_reach_the_graph_and_the_weight_memory() -> None:
+    from perfmodel.models.graph import decode_graph
+    from perfmodel.models.memory import weight_bytes
+
+    cfg = from_hf_dict(DEEPSEEK_MOE)
+    counts = {g.name: float(g.count) for g in decode_graph(cfg, 1, 1024)}
+    assert counts["gate_up_proj"] == counts["down_proj"] == 1.0  # the dense first layer
+    assert counts["experts_gate_up"] == counts["router"] == 27.0
+    assert counts["shared_gate_up_proj"] == 27.0
+    # bf16 everywhere: two bytes a parameter
+    assert float(weight_bytes(cfg)) == 2.0 * num_params(cfg)
+
+
+def test_dbrx_nested_configs() -> None:
+    # databricks/dbrx-instruct's config.json: heads, layers, KV heads and the experts live
+    # under DBRX's own names. By hand: 40 layers of q, o (6144²), k, v (6144 x 8·128),
+    # 16 gated experts of 10,752 and a 16-way router; untied 100,352-token embeddings
+    dbrx = {"model_type": "dbrx", "architectures": ["DbrxForCausalLM"], "d_model": 6144,
+            "n_heads": 48, "n_layers": 40, "max_seq_len": 32768, "vocab_size": 100352,
+            "tie_word_embeddings": False,
+            "attn_config": {"kv_n_heads": 8, "clip_qkv": 8, "rope_theta": 500000},
+            "ffn_config": {"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 10752,
+                           "moe_num_experts": 16, "moe_top_k": 4}}
+    cfg = from_hf_dict(dbrx)
+    h = 6144
+    layer = 2 * h * h + 2 * h * 8 * 128 + 16 * 3 * h * 10752 + h * 16 + 2 * h
+    assert num_params(cfg) == 40 * layer + 2 * 100352 * h + h
+    assert (cfg.experts_per_token, cfg.max_position_embeddings) == (4, 32768)
+    # the model card: 132B total, 36B active
+    assert num_params(cfg) == pytest.approx(132e9, rel=0.01)
+    assert active_params(cfg) == pytest.approx(36e9, rel=0.02)
+
+
+def test_mpt_alibi_ungated_mlp_and_tied_head() -> None:
+    # mosaicml/mpt-7b's config.json: 32 layers, a 4 x 4096 GELU MLP, no biases, ALiBi
+    # positions (no rotary op), LayerNorm, no LM head of its own. By hand: 32 x (4 x 4096²
+    # + 2 x 4096 x 16384 + two LayerNorms of 2 x 4096) + 50,432 x 4096 + a final LayerNorm
+    mpt = {"model_type": "mpt", "architectures": ["MPTForCausalLM"], "d_model": 4096,
+           "n_heads": 32, "n_layers": 32, "expansion_ratio": 4, "max_seq_len": 2048,
+           "vocab_size": 50432, "no_bias": True, "learned_pos_emb": True,
+           "attn_config": {"alibi": True, "attn_type": "multihead_attention"}}
+    cfg = from_hf_dict(mpt)
+    h = 4096
+    assert num_params(cfg) == 32 * (4 * h * h + 2 * h * 4 * h + 4 * h) + 50432 * h + 2 * h
+    assert (cfg.gated_mlp, cfg.activation, cfg.rotary, cfg.norm) == (False, "gelu", False,
+                                                                     "layer")
+    # the model card: 6.7B
+    assert num_params(cfg) == pytest.approx(6.7e9, rel=0.01)
+    from perfmodel.models.graph import decode_graph
+    assert "rotary" not in {g.name for g in decode_graph(cfg, 1, 1024)}
+    # neither ALiBi nor RoPE: learned absolute positions, refused
+    with pytest.raises(PerfmodelError):
+        from_hf_dict({**mpt, "attn_config": {"alibi": False}})
+
+
+def test_exaone_layer_count_and_rms_norm() -> None:
+    # LGAI-EXAONE/EXAONE-3.0-7.8B-Instruct names its layer count num_layers and its RMSNorm
+    # epsilon layer_norm_epsilon
+    exaone = {"model_type": "exaone", "hidden_size": 4096, "intermediate_size": 14336,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "num_layers": 32,
+              "vocab_size": 102400, "activation_function": "silu",
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False}
+    cfg = from_hf_dict(exaone)
+    assert (cfg.num_layers, cfg.norm, cfg.gated_mlp) == (32, "rms", True)
+    assert num_params(cfg) == pytest.approx(7.8e9, rel=0.01)  # the model card's 7.8B
+
+
+def test_gemma3_wrapper_takes_the_class_defaults_and_the_checkpoint_keys() -> None:
+    # google/gemma-3-4b-it's config.json: the text_config leaves out what equals
+    # Gemma3TextConfig's defaults (8 heads, 4 KV heads, head_dim 256, 262,208 tokens, a
+    # global layer every 6th); the quantisation is the wrapper's
+    text = {"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240,
+            "num_hidden_layers": 34, "sliding_window": 1024,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}
+    cfg = from_hf_dict({"model_type": "gemma3", "architectures": [
+        "Gemma3ForConditionalGeneration"], "text_config": text, "torch_dtype": "bfloat16"})
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size) == (8, 4, 256,
+                                                                              262208)
+    assert (cfg.num_sliding_layers, cfg.sliding_window) == (34 - 34 // 6, 1024)
+    attn = 2 * 2560 * 8 * 256 + 2 * 2560 * 4 * 256
+    assert num_params(cfg) == 34 * (attn + 3 * 2560 * 10240 + 2 * 2560) + 262208 * 2560 + 2560
+    quantized = from_hf_dict({"model_type": "gemma3", "text_config": text,
+                              "quantization_config": {"quant_method": "fp8"}})
+    assert quantized.weight_dtype == "fp8"
+
+
+def test_tied_by_default_types() -> None:
+    # MiniCPM's config class ties the LM head by default; openbmb/MiniCPM-2B-sft-bf16 says
+    # nothing about it
+    minicpm = {"model_type": "minicpm", "hidden_size": 2304, "intermediate_size": 5760,
+               "num_attention_heads": 36, "num_key_value_heads": 36, "num_hidden_layers": 40,
+               "vocab_size": 122753}
+    cfg = from_hf_dict(minicpm)
+    assert cfg.tie_embeddings
+    assert num_params(cfg) == pytest.approx(2.72e9, rel=0.01)  # the model card's 2.7B
+
+
+def test_ernie_moe_keys() -> None:
+    # baidu/ERNIE-4.5-21B-A3B-PT's config.json: 64 experts of 1536, top-6, two shared
+    # experts, the first layer dense (12,288 wide)
+    ernie = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288,
+             "moe_intermediate_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 20,
+             "num_key_value_heads": 4, "head_dim": 128, "moe_num_experts": 64,
+             "moe_num_shared_experts": 2, "moe_k": 6, "moe_layer_start_index": 1,
+             "moe_layer_end_index": 27, "moe_layer_interval": 1, "vocab_size": 103424,
+             "tie_word_embeddings": True, "use_bias": False}
+    cfg = from_hf_dict(ernie)
+    h = 2560
+    attn = 2 * h * 20 * 128 + 2 * h * 4 * 128
+    moe = 64 * 3 * h * 1536 + h * 64 + 3 * h * 2 * 1536
+    assert num_params(cfg) == 28 * (attn + 2 * h) + 3 * h * 12288 + 27 * moe + 103424 * h + h
+    assert num_params(cfg) == pytest.approx(21.8e9, rel=0.01)  # the Hub's 21.8B
+    with pytest.raises(PerfmodelError):  # dense layers after the MoE block
+        from_hf_dict({**ernie, "moe_layer_end_index": 20})
+
+
+@pytest.mark.parametrize("moe_keys", [
+    {"moe_num_experts": 64, "moe_k": 6},  # an unknown family's own expert keys
+    {"num_experts": 64, "moe_topk": [8, 8]},  # an expert count without a readable top-k
+])
+def test_unread_expert_keys_are_refused_not_read_as_dense(moe_keys: dict[str, object]) -> None:
+    base = {"model_type": "somemoe", "hidden_size": 2048, "intermediate_size": 8192,
+            "num_attention_heads": 16, "num_hidden_layers": 4, "vocab_size": 32000}
+    with pytest.warns(PerfmodelWarning, match="model_type"):
+        assert not from_hf_dict(base).is_moe
+    with pytest.warns(PerfmodelWarning, match="model_type"), \
+            pytest.raises(PerfmodelError) as err:
+        from_hf_dict({**base, **moe_keys})
+    assert "expert" in err.value.problem
+    # the error names a key of the file, or the one to add
+    assert err.value.field.split(": ")[-1] in {"moe_num_experts", "num_experts_per_tok"}
+
+
+def test_refinedweb_starcoder2_and_glm4_details() -> None:
+    # tiiuae/falcon-7b's first config.json: model_type RefinedWebModel (a Falcon)
+    rw = {"model_type": "RefinedWebModel", "hidden_size": 4544, "n_head": 71, "n_layer": 32,
+          "vocab_size": 65024, "multi_query": True, "layer_norm_epsilon": 1e-5}
+    cfg = from_hf_dict(rw)
+    assert (cfg.gated_mlp, cfg.activation, cfg.intermediate_size) == (False, "gelu", 4 * 4544)
+    # bigcode/starcoder2-7b: LayerNorm epsilon as norm_epsilon, biases as use_bias
+    sc2 = {"model_type": "starcoder2", "hidden_size": 4608, "intermediate_size": 18432,
+           "num_attention_heads": 36, "num_key_value_heads": 4, "num_hidden_layers": 32,
+           "vocab_size": 49152, "hidden_act": "gelu_pytorch_tanh", "norm_epsilon": 1e-5,
+           "use_bias": True}
+    cfg = from_hf_dict(sc2)
+    assert (cfg.norm, cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == ("layer", True, True, True)
+    # GLM-4-0414: attention_bias is on Q, K and V only
+    glm = {"model_type": "glm4", "hidden_size": 4096, "intermediate_size": 13696,
+           "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+           "num_hidden_layers": 40, "vocab_size": 151552, "attention_bias": True}
+    cfg = from_hf_dict(glm)
+    assert (cfg.qkv_bias, cfg.o_bias) == (True, False)

@@ -195,3 +195,13 @@ def test_fp4_experts_carry_one_e8m0_scale_per_32() -> None:
     fp4 = float(weight_bytes(oss, 1, Dtypes(expert="fp4")))
     matrices = 36 * 128 * 3 * 2880 * 2880
     assert bf16 - fp4 == pytest.approx(matrices * (2.0 - 4.25 / 8.0), rel=1e-12)
+
+
+def test_tp_not_dividing_the_heads_names_the_divisors() -> None:
+    from perfmodel._errors import PerfmodelError
+    from perfmodel.models.config import load_model
+    from perfmodel.models.graph import decode_graph
+
+    with pytest.raises(PerfmodelError) as err:  # Qwen2.5-7B: 28 query heads
+        decode_graph(load_model("qwen2.5-7b"), 1, 1024, tp=8)
+    assert "(1, 2, 4, 7, 14, 28)" in err.value.fix

@@ -102,6 +102,9 @@ class TransformerConfig(BaseModel):
     """Width of one expert's MLP (default ``intermediate_size``)."""
     shared_expert_intermediate_size: NonNeg = 0
     """Total width of always-on shared experts in MoE layers (0: none)."""
+    num_dense_layers: Annotated[int, _NB, Field(ge=0, le=MAX_LAYERS)] = 0
+    """Leading layers of an MoE model whose MLP is dense, ``intermediate_size`` wide
+    (DeepSeek's ``first_k_dense_replace``); the other layers are MoE layers."""
     router_bias: bool = False
     weight_dtype: DType = "bf16"
     """Checkpoint dtype of the linear weights (``torch_dtype`` / quantisation)."""
@@ -139,8 +142,13 @@ class TransformerConfig(BaseModel):
             if not 1 <= self.experts_per_token <= self.num_experts:
                 problems.append(f"experts_per_token ({self.experts_per_token}) must be between "
                                 f"1 and num_experts ({self.num_experts})")
-        elif self.experts_per_token or self.shared_expert_intermediate_size:
-            problems.append("experts_per_token / shared experts given but num_experts is 0")
+        elif self.experts_per_token or self.shared_expert_intermediate_size \
+                or self.num_dense_layers:
+            problems.append("experts_per_token / shared experts / dense layers given but "
+                            "num_experts is 0")
+        if self.num_dense_layers >= self.num_layers and self.num_experts:
+            problems.append(f"num_dense_layers ({self.num_dense_layers}) leaves no MoE layer "
+                            f"of {self.num_layers}")
         if self.num_sliding_layers > self.num_layers:
             problems.append(f"num_sliding_layers ({self.num_sliding_layers}) exceeds "
                             f"num_layers ({self.num_layers})")
@@ -161,6 +169,11 @@ class TransformerConfig(BaseModel):
         return self.expert_intermediate_size or self.intermediate_size
 
     @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is the routed experts (0 for a dense model)."""
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
     def num_full_layers(self) -> int:
         """Layers attending to the whole context."""
         return self.num_layers - self.num_sliding_layers
@@ -179,9 +192,9 @@ def param_counts(cfg: TransformerConfig) -> dict[str, int]:
     """Parameters by group (whole model), from the shapes alone.
 
     attention per layer = h·(H_q + 2·H_kv)·D + H_q·D·h (+ biases, + H_q sinks);
-    dense MLP per layer = (3 if gated else 2)·h·I (+ biases); MoE per layer =
-    E·expert MLP + router h·E (+ shared experts); norms = (2 per layer + final) × h
-    (× 2 for LayerNorm); embedding V·h, LM head V·h unless tied.
+    dense MLP per layer = (3 if gated else 2)·h·I (+ biases); MoE per MoE layer =
+    E·expert MLP + router h·E (+ shared experts), the dense MLP on the others; norms =
+    (2 per layer + final) × h (× 2 for LayerNorm); embedding V·h, LM head V·h unless tied.
     """
     h, layers = cfg.hidden_size, cfg.num_layers
     qkv_out = cfg.q_width + 2 * cfg.kv_width
@@ -202,14 +215,15 @@ def param_counts(cfg: TransformerConfig) -> dict[str, int]:
         "attention": layers * attn,
         "norms": (2 * layers + 1) * per_norm,
     }
-    if cfg.is_moe:
-        out["experts"] = layers * cfg.num_experts * mlp(cfg.expert_width)
-        out["router"] = layers * (h * cfg.num_experts + (cfg.num_experts if cfg.router_bias
-                                                           else 0))
+    moe = cfg.num_moe_layers
+    if moe:
+        out["experts"] = moe * cfg.num_experts * mlp(cfg.expert_width)
+        out["router"] = moe * (h * cfg.num_experts + (cfg.num_experts if cfg.router_bias
+                                                       else 0))
         if cfg.shared_expert_intermediate_size:
-            out["shared_experts"] = layers * mlp(cfg.shared_expert_intermediate_size)
-    else:
-        out["mlp"] = layers * mlp(cfg.intermediate_size)
+            out["shared_experts"] = moe * mlp(cfg.shared_expert_intermediate_size)
+    if layers > moe:
+        out["mlp"] = (layers - moe) * mlp(cfg.intermediate_size)
     return out
 
 
@@ -237,7 +251,9 @@ _GATED_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "q
 #: default out, so a missing ``tie_word_embeddings`` means True for these, False for the
 #: Llama-like rest (LlamaConfig, MistralConfig, Qwen2Config... default to False).
 _TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "falcon", "cohere",
-                              "cohere2", "starcoder2"})
+                              "cohere2", "starcoder2", "minicpm", "mpt"})
+#: Types that write ``layer_norm_epsilon`` for what is an RMSNorm.
+_RMS_TYPES = frozenset({"exaone"})
 #: quantization_config methods whose ``bits`` give integer weights (int4/int8).
 _INT_QUANT_METHODS = frozenset({"awq", "gptq", "awq_marlin", "gptq_marlin"})
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16",
@@ -269,6 +285,120 @@ def _compressed_tensors_dtype(quant: dict[str, Any], name: str) -> str | None:
     return dtype
 
 
+#: Keys of a multimodal wrapper config that describe the whole checkpoint, carried into
+#: its text_config when that lacks them.
+_WRAPPER_KEYS = ("quantization_config", "torch_dtype", "dtype", "_name")
+#: transformers' class defaults for keys its config.json files leave out (a saved config
+#: omits a value equal to its class's default): Gemma3TextConfig's, for a ``gemma3_text``
+#: config (a Gemma 3 4B/12B/27B checkpoint's text_config names none of its head counts).
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+                    "num_hidden_layers": 26, "hidden_activation": "gelu_pytorch_tanh",
+                    "max_position_embeddings": 131_072, "sliding_window": 4096,
+                    "sliding_window_pattern": 6},
+}
+#: Older Falcon checkpoints name their type after the RefinedWeb dataset.
+_TYPE_ALIASES = {"refinedweb": "falcon", "refinedwebmodel": "falcon"}
+
+
+def _sub(d: dict[str, Any], key: str, name: str) -> dict[str, Any]:
+    """The nested object ``d[key]`` (``{}`` when absent), else an error naming ``key``."""
+    value = d.get(key) or {}
+    if not isinstance(value, dict):
+        raise PerfmodelError(f"{name}: {key}", "expected a JSON object",
+                             "check the file is a Hugging Face config.json")
+    return value
+
+
+def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
+    """Rewrite a family's own keys into the Llama-like names :func:`from_hf_dict` reads.
+
+    - class defaults a saved config leaves out (``_CLASS_DEFAULTS``);
+    - DBRX: ``n_heads``, ``n_layers``, ``attn_config.kv_n_heads``, ``ffn_config`` (experts,
+      top-k, the expert width, the activation), ``max_seq_len``;
+    - MPT: ``n_heads``, ``n_layers``, ``expansion_ratio``·``d_model`` wide GELU MLP, ALiBi
+      positions (no rotary op), biases unless ``no_bias``, the LM head tied to the embedding;
+    - EXAONE: ``num_layers``;
+    - ERNIE 4.5 MoE: ``moe_num_experts``, ``moe_k``, shared experts, dense layers before
+      ``moe_layer_start_index``;
+    - DeepSeek-style MoE (DeepSeek-MoE, GLM-4.5, Kimi): ``n_shared_experts`` shared
+      experts of ``moe_intermediate_size`` each, ``first_k_dense_replace`` dense layers.
+    Layouts the cost model cannot describe (MoE every other layer, trailing dense layers)
+    are refused naming the key.
+    """
+    out = dict(d)
+    mtype = str(out.get("model_type", "")).lower()
+    for key, value in _CLASS_DEFAULTS.get(mtype, {}).items():
+        if key == "sliding_window_pattern" and isinstance(out.get("layer_types"), list):
+            continue
+        out.setdefault(key, value)
+    if mtype in ("dbrx", "mpt"):
+        attn, ffn = _sub(out, "attn_config", name), _sub(out, "ffn_config", name)
+        for ours, theirs in (("num_attention_heads", "n_heads"),
+                             ("num_hidden_layers", "n_layers"),
+                             ("max_position_embeddings", "max_seq_len")):
+            if out.get(ours) is None and out.get(theirs) is not None:
+                out[ours] = out[theirs]
+        if attn.get("kv_n_heads") is not None:
+            out.setdefault("num_key_value_heads", attn["kv_n_heads"])
+        if mtype == "dbrx":
+            act = _sub(ffn, "ffn_act_fn", name).get("name", "silu")
+            out.update({"num_local_experts": ffn.get("moe_num_experts"),
+                        "num_experts_per_tok": ffn.get("moe_top_k"),
+                        "intermediate_size": ffn.get("ffn_hidden_size"),
+                        "hidden_act": act, "_gated_mlp": True})
+        else:
+            ratio = out.get("expansion_ratio", 4)
+            hidden = out.get("d_model")
+            if isinstance(ratio, (int, float)) and isinstance(hidden, int) \
+                    and not isinstance(ratio, bool):
+                out.setdefault("intermediate_size", round(ratio * hidden))
+            out.setdefault("hidden_act", str(_sub(ffn, "ffn_act_fn", name).get("name",
+                                                                                  "gelu")))
+            out["_gated_mlp"] = False
+            if not attn.get("alibi", False) and not attn.get("rope", False):
+                raise PerfmodelError(f"{name}: attn_config", "MPT without ALiBi or RoPE uses "
+                                     "learned absolute positions, which are not modelled",
+                                     "use a rotary-position model")
+            out["_rotary"] = bool(attn.get("rope", False))  # ALiBi: a bias, no rotary op
+            out.setdefault("attention_bias", not out.get("no_bias", False))
+            out.setdefault("mlp_bias", not out.get("no_bias", False))
+            out.setdefault("layer_norm_eps", 1e-5)  # MPT's norm is a LayerNorm
+    if mtype == "exaone" and out.get("num_hidden_layers") is None:
+        out["num_hidden_layers"] = out.get("num_layers")
+    if mtype.startswith("ernie4_5") and out.get("moe_num_experts"):
+        layers = _whole(_req(out, name, "num_hidden_layers"), "num_hidden_layers", name)
+        start = _whole(out.get("moe_layer_start_index", 0) or 0, "moe_layer_start_index", name)
+        end = out.get("moe_layer_end_index", layers - 1)
+        step = _whole(out.get("moe_layer_interval", 1) or 1, "moe_layer_interval", name)
+        if step > 1 or (end is not None and end != -1
+                        and _whole(end, "moe_layer_end_index", name) < layers - 1):
+            raise PerfmodelError(f"{name}: moe_layer_interval", "MoE layers not one block "
+                                 "from moe_layer_start_index to the last layer: interleaved "
+                                 "or trailing dense layers are not modelled", "model the "
+                                 "MoE and the dense layers as two config.json files by hand")
+        shared = _whole(out.get("moe_num_shared_experts", 0) or 0, "moe_num_shared_experts",
+                        name)
+        out.update({"num_local_experts": out["moe_num_experts"],
+                    "num_experts_per_tok": out.get("moe_k"), "first_k_dense_replace": start,
+                    "n_shared_experts": shared})
+        if out.get("use_bias"):
+            out.setdefault("attention_bias", True)
+    if out.get("n_shared_experts") and out.get("shared_expert_intermediate_size") is None:
+        out["shared_expert_intermediate_size"] = _whole(
+            out["n_shared_experts"], "n_shared_experts", name) * _whole(
+            _req(out, name, "moe_intermediate_size"), "moe_intermediate_size", name)
+    if out.get("moe_layer_freq") is not None and _whole(out["moe_layer_freq"] or 1,
+                                                        "moe_layer_freq", name) > 1:
+        raise PerfmodelError(f"{name}: moe_layer_freq", "MoE layers every "
+                             f"{out['moe_layer_freq']} layers, dense ones between: "
+                             "interleaved dense and MoE layers are not modelled",
+                             "model the MoE and the dense layers as two config.json files "
+                             "by hand")
+    return out
+
+
 def _req(d: dict[str, Any], source: str, *keys: str) -> Any:
     for key in keys:
         if d.get(key) is not None:
@@ -287,8 +417,15 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         if not isinstance(d["text_config"], dict):
             raise PerfmodelError(f"{name}: text_config", "expected a JSON object",
                                  "check the file is a Hugging Face config.json")
-        d = {**d["text_config"], "_source": d.get("_source", "")}
+        # a multimodal wrapper: the language model is text_config; what the wrapper says
+        # of the whole checkpoint (quantisation, dtype, name) holds for it too
+        outer = {k: d[k] for k in _WRAPPER_KEYS if k in d}
+        d = {**outer, **d["text_config"], "_source": d.get("_source", "")}
+    alias = _TYPE_ALIASES.get(str(d.get("model_type", "")).lower())
+    if alias is not None:
+        d = {**d, "model_type": alias}
     _check_architecture(d, name)
+    d = _normalise(d, name)
     mtype = str(d.get("model_type", "")).lower()
     if d.get("kv_lora_rank") is not None:
         raise PerfmodelError(f"{name}: kv_lora_rank", "multi-head latent attention (DeepSeek "
@@ -364,6 +501,22 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     experts = _whole(d.get("num_local_experts", d.get("num_experts", d.get("n_routed_experts",
                                                                             0))) or 0,
                      "num_local_experts", name)
+    if experts:
+        topk = d.get("num_experts_per_tok", d.get("experts_per_token"))
+        if not topk:
+            raise PerfmodelError(f"{name}: num_experts_per_tok", f"{experts} experts but no "
+                                 "count of experts per token (num_experts_per_tok)",
+                                 "add \"num_experts_per_tok\" (the model's top-k)")
+    else:
+        unread = [k for k, v in d.items() if ("expert" in k.lower() or k.lower().startswith(
+            "moe")) and v not in (None, 0, False, "", [], {}) and not isinstance(v, bool)]
+        if unread:
+            raise PerfmodelError(f"{name}: {unread[0]}", "looks like a mixture of experts, "
+                                 "but its expert count is in a key perfmodel does not read "
+                                 "(it reads num_local_experts, num_experts or "
+                                 "n_routed_experts); modelling it as dense would be wrong",
+                                 "write the expert count, top-k and expert width under "
+                                 "those keys (num_experts_per_tok, moe_intermediate_size)")
     quant = d.get("quantization_config") or {}
     if not isinstance(quant, dict):
         raise PerfmodelError(f"{name}: quantization_config", "expected a JSON object",
@@ -382,8 +535,10 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         wdt = "int4" if bits == 4 else "int8"
     elif method == "compressed-tensors":
         wdt = _compressed_tensors_dtype(quant, name) or wdt
-    attn_bias = bool(d.get("attention_bias", False))
+    # StarCoder 2 writes use_bias for the attention and MLP biases (ERNIE's normalised)
+    attn_bias = bool(d.get("attention_bias", d.get("use_bias", False)))
     qwen = mtype.startswith("qwen2")
+    glm = mtype.startswith("glm")  # attention_bias: Q, K and V only, as Qwen 2
     fields: dict[str, Any] = {
         "name": d.get("_name", name),
         "hidden_size": hidden,
@@ -399,13 +554,14 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         "activation": _ACTS[act],
         "vocab_size": _req(d, name, "vocab_size"),
         "tie_embeddings": bool(d.get("tie_word_embeddings", mtype in _TIED_BY_DEFAULT)),
-        "norm": "layer" if ("layer_norm_eps" in d or "layer_norm_epsilon" in d)
-        and "rms_norm_eps" not in d else "rms",
-        "rotary": True,
+        "norm": "layer" if any(k in d for k in ("layer_norm_eps", "layer_norm_epsilon",
+                                                  "norm_epsilon"))
+        and "rms_norm_eps" not in d and mtype not in _RMS_TYPES else "rms",
+        "rotary": bool(d.get("_rotary", True)),
         "max_position_embeddings": d.get("max_position_embeddings", d.get("n_positions")),
         "qkv_bias": attn_bias or qwen,
-        "o_bias": attn_bias,
-        "mlp_bias": bool(d.get("mlp_bias", False)) or mtype == "gpt_oss",
+        "o_bias": attn_bias and not glm,
+        "mlp_bias": bool(d.get("mlp_bias", d.get("use_bias", False))) or mtype == "gpt_oss",
         "attention_sinks": mtype == "gpt_oss",
         "sliding_window": window if sliding else None,
         "num_sliding_layers": sliding,
@@ -413,7 +569,11 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         "experts_per_token": _whole(d.get("num_experts_per_tok", d.get("experts_per_token",
                                                                           0)) or 0,
                                     "num_experts_per_tok", name) if experts else 0,
-        "expert_intermediate_size": d.get("moe_intermediate_size") if experts else None,
+        "expert_intermediate_size": _whole(d["moe_intermediate_size"],
+                                           "moe_intermediate_size", name)
+        if experts and d.get("moe_intermediate_size") is not None else None,
+        "num_dense_layers": _whole(d.get("first_k_dense_replace", 0) or 0,
+                                   "first_k_dense_replace", name) if experts else 0,
         # Llama 4's MoE layers add one shared expert as wide as a routed one
         "shared_expert_intermediate_size": _whole(
             d.get("shared_expert_intermediate_size", inter if llama4 else 0) or 0,
@@ -461,7 +621,8 @@ _SSM_KEYS = ("state_size", "ssm_cfg", "d_state", "mamba_d_state", "ssm_state_siz
 _KNOWN_TYPES = _GATED_TYPES | {"phi", "phimoe", "gpt_neox", "falcon", "stablelm", "mpt",
                                "cohere", "cohere2", "starcoder2", "exaone", "minicpm",
                                "baichuan", "dbrx", "olmoe", "mistral3", "gemma3",
-                               "gemma3_text", "llama4_text", "ministral"}
+                               "gemma3_text", "llama4_text", "ministral", "glm4",
+                               "glm4_moe", "ernie4_5", "ernie4_5_moe"}
 
 
 def _check_architecture(d: dict[str, Any], name: str) -> None:

@@ -110,8 +110,10 @@ def tp_heads(cfg: TransformerConfig, tp: Array) -> tuple[Array, Array]:
         raise PerfmodelError("tp", "must be a whole number ≥ 1", "e.g. --tp 2")
     if np.any(cfg.num_heads % t != 0):
         bad = int(t[cfg.num_heads % t != 0].flat[0]) if t.ndim else int(t)
+        fits = ", ".join(str(d) for d in range(1, min(cfg.num_heads, 64) + 1)
+                         if cfg.num_heads % d == 0)
         raise PerfmodelError("tp", f"tp={bad} does not divide the {cfg.num_heads} query heads "
-                             f"of {cfg.name}", "pick a tp dividing the head count (1, 2, 4, 8)")
+                             f"of {cfg.name}", f"pick a tp dividing the head count ({fits})")
     kv = cfg.num_kv_heads
     ok = (kv % t == 0) | (t % kv == 0)
     if not np.all(ok):
@@ -153,7 +155,8 @@ def _mlp(cfg: TransformerConfig, prefix: str, tokens: Array, width: Array, dt: D
 
 
 def _moe(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes) -> list[GraphOp]:
-    h, a, layers = cfg.hidden_size, dt.activation, float(cfg.num_layers)
+    """The MLP of the MoE layers (all but the leading ``num_dense_layers``)."""
+    h, a, layers = cfg.hidden_size, dt.activation, float(cfg.num_moe_layers)
     e, k = float(cfg.num_experts), float(cfg.experts_per_token)
     width = np.ceil(cfg.expert_width / t)
     touched = experts_touched(cfg, tokens)
@@ -211,8 +214,9 @@ def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
                   dtype=a))
     if cfg.is_moe:
         ops += _moe(cfg, tokens, t, dt)
-    else:
-        ops += _mlp(cfg, "", tokens, np.ceil(cfg.intermediate_size / t), dt, layers)
+    if cfg.num_moe_layers < cfg.num_layers:
+        ops += _mlp(cfg, "", tokens, np.ceil(cfg.intermediate_size / t), dt,
+                    float(cfg.num_layers - cfg.num_moe_layers))
     if tp_active:
         ops.append(_g("mlp_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a,
                       fused_residual_norm=fuse))

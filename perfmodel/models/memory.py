@@ -56,17 +56,18 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
         bias = ((mats - 1.0) * width / t + h) if cfg.mlp_bias else 0.0
         return np.asarray(mats * h * width / t * s + bias * s_a)
 
-    if cfg.is_moe:
-        per_layer = per_layer + cfg.num_experts * mlp(cfg.expert_width, s_e)
-        per_layer = per_layer + (h * cfg.num_experts + cfg.num_experts) * s_a
-        if cfg.shared_expert_intermediate_size:
-            per_layer = per_layer + mlp(cfg.shared_expert_intermediate_size, s_w)
-    else:
-        per_layer = per_layer + mlp(cfg.intermediate_size, s_w)
+    moe = cfg.num_moe_layers
+    # MoE layers: experts, router (+ shared experts); the other layers: the dense MLP
+    moe_mlp = cfg.num_experts * mlp(cfg.expert_width, s_e) \
+        + (h + float(cfg.router_bias)) * cfg.num_experts * s_a if moe else 0.0
+    if moe and cfg.shared_expert_intermediate_size:
+        moe_mlp = moe_mlp + mlp(cfg.shared_expert_intermediate_size, s_w)
+    dense_mlp = mlp(cfg.intermediate_size, s_w) if layers > moe else 0.0
     norm = h * (2.0 if cfg.norm == "layer" else 1.0) * s_a
     per_layer = per_layer + 2.0 * norm
     vocab = cfg.vocab_size * h / t * s_a * (1.0 if cfg.tie_embeddings else 2.0)
-    return np.asarray(layers * per_layer + norm + vocab, dtype=np.float64)
+    return np.asarray(layers * per_layer + moe * moe_mlp + (layers - moe) * dense_mlp + norm
+                      + vocab, dtype=np.float64)
 
 
 def kv_bytes_per_token(cfg: TransformerConfig, tp: Any = 1, kv_dtype: str = "bf16") -> Array:
@@ -105,11 +106,11 @@ def activation_bytes(cfg: TransformerConfig, batch: Any, tokens_per_seq: Any, tp
     h, d = cfg.hidden_size, cfg.head_dim
     attn = (2.0 * heads + 2.0 * kv) * d
     up = 2.0 if cfg.gated_mlp else 1.0
+    mlp = (up + 1.0) * np.ceil(cfg.intermediate_size / t) if cfg.num_moe_layers \
+        < cfg.num_layers else 0.0
     if cfg.is_moe:
         k = cfg.experts_per_token
-        mlp = k * h + k * (up + 1.0) * np.ceil(cfg.expert_width / t)
-    else:
-        mlp = (up + 1.0) * np.ceil(cfg.intermediate_size / t)
+        mlp = np.maximum(mlp, k * h + k * (up + 1.0) * np.ceil(cfg.expert_width / t))
     per_token = (2.0 * h + np.maximum(attn, mlp)) * bytes_per_element(dt.activation)
     logits = 4.0 * b * np.ceil(cfg.vocab_size / t)
     return np.asarray(tokens * per_token + logits, dtype=np.float64)
