@@ -263,3 +263,20 @@ def test_engine_kernels_reach_the_step_times() -> None:
         static = pm.predict_model(MODEL, GPU, phase="generate", prompt_len=512, gen_len=33,
                                   decode_points=9, engine=kernels, step_overhead_s=0.0)
         assert float(r.tpot_s[0]) == pytest.approx(static.tpot_s, rel=0.01)
+
+
+def test_closed_loop_clients_are_not_multiplied_by_replicas() -> None:
+    # one client sends one request at a time whatever the replica count: four replicas
+    # serve it as one does (three idle); before, each replica got a client of its own
+    one = simulate("llama-3.1-8b", "h100-sxm", closed_loop(1, 24, 512, 64))
+    four = simulate("llama-3.1-8b", "h100-sxm", closed_loop(1, 24, 512, 64), replicas=4)
+    assert four.duration_s == pytest.approx(one.duration_s, rel=1e-9)
+    assert float(np.mean(four.ttft_s)) == pytest.approx(float(np.mean(one.ttft_s)), rel=1e-9)
+    # three clients on two replicas: clients 0 and 2 on the first, 1 on the second, and
+    # request i from client i mod 3, so the first replica serves two thirds of them
+    three = closed_loop(3, 30, 512, 64)
+    assert [s.size for s in three.shares(2)] == [20, 10]
+    assert [w.concurrency for w in three.split(2)] == [2, 1]
+    res = simulate("llama-3.1-8b", "h100-sxm", three, replicas=2)
+    assert res.finish_s.size == 30
+    assert np.all(np.isfinite(res.finish_s))

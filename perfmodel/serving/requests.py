@@ -57,18 +57,24 @@ class Workload:
                     f"requests, {lens}")
         return f"trace of {self.requests} requests, {lens}"
 
+    def shares(self, parts: int) -> list[npt.NDArray[np.intp]]:
+        """Indices of the requests each of ``parts`` replicas gets, for the replicas that
+        get any, round robin: request i to replica i mod parts; in a closed loop client j
+        to replica j mod parts and request i to client i mod C, so a replica without a
+        client gets no request (C < parts leaves parts − C replicas idle)."""
+        index = np.arange(self.prompt.size)
+        owner = (index % max(self.concurrency, 1) if self.kind == "closed" else index) % parts
+        out = [np.flatnonzero(owner == r) for r in range(parts)]
+        return [sl for sl in out if sl.size]
+
     def split(self, parts: int) -> list[Workload]:
-        """Round-robin split over ``parts`` replicas (request i to replica i mod parts)."""
+        """The workload of each replica that gets requests (:meth:`shares`)."""
         out = []
-        for r in range(parts):
-            sl = slice(r, None, parts)
-            if self.prompt[sl].size == 0:
-                continue
+        for r, sl in enumerate(self.shares(parts)):
             conc = self.concurrency // parts + (1 if r < self.concurrency % parts else 0)
             out.append(Workload(self.kind, self.prompt[sl], self.output[sl],
                                 None if self.send_s is None else self.send_s[sl],
-                                max(conc, 1) if self.kind == "closed" else 0,
-                                self.rate / parts))
+                                conc if self.kind == "closed" else 0, self.rate / parts))
         return out
 
 

@@ -101,8 +101,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
                 progress(base + done, total)
         runs.append(simulate_replica(model, eng, pool, part, report))
         done_before[0] += part.requests
-    index = np.concatenate([np.arange(r, workload.requests, replicas)
-                            for r in range(len(parts))])
+    index = np.concatenate(workload.shares(replicas))
     order = np.argsort(index, kind="stable")
 
     def cat(name: str) -> Any:
