@@ -345,3 +345,29 @@ def test_an_engine_runs_weights_whose_matmul_is_no_faster_weight_only(tmp_path: 
     assert float(fp8.ttft_s) == pytest.approx(float(bf16.ttft_s), rel=1e-9)
     assert float(fp8.tpot_s) < float(bf16.tpot_s)
     assert any("no faster" in a for a in fp8.assumptions)
+
+
+def test_activations_fall_back_to_fp32_where_the_gpu_has_no_half_precision_peak() -> None:
+    # the CPU placeholder spec has an fp32 peak only: the default activations were bf16,
+    # then fp16, and the call failed ("cpu-local has no fp16 peak")
+    r = pm.predict_model("llama-3.1-8b", "cpu-local", phase="prefill", batch=1,
+                         prompt_len=128)
+    assert r.dtypes.activation == "fp32"
+    assert float(r.ttft_s) > 0.0
+
+
+def test_weights_wider_than_the_activations_say_they_run_cast() -> None:
+    wide = pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=1,
+                            prompt_len=128, weight_dtype="fp32")
+    assert wide.dtypes.weight == "bf16"
+    assert any("weights fp32 run as bf16" in a for a in wide.assumptions)
+    plain = pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=1,
+                             prompt_len=128)
+    assert not any("run as" in a for a in plain.assumptions)
+
+
+def test_memory_kv_bytes_per_token_counts_every_layer() -> None:
+    # Mistral-7B: every layer slides (4,096); one token of context holds K and V of 8 KV
+    # heads of 128 in each of 32 layers, 2 bytes each. The field said 0 (full layers only)
+    r = pm.predict_model("mistral-7b", "h100-sxm", phase="prefill", batch=1, prompt_len=128)
+    assert float(r.memory.kv_bytes_per_token) == 2 * 32 * 8 * 128 * 2

@@ -123,7 +123,8 @@ class MemoryEstimate:
     ``fits``: weights + KV cache + activations + reserve ≤ capacity. ``max_batch``: the most
     sequences of this context (and prompt) that fit; ``max_context``: the longest context
     (KV cache) that fits at this batch with the activations of this prompt. Both 0 when the
-    weights alone do not fit.
+    weights alone do not fit. ``kv_bytes_per_token``: the KV cache one token of context
+    takes in every layer (sliding-window layers stop growing past their window).
     """
 
     capacity_bytes: float
@@ -198,5 +199,5 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
         weights_bytes=as_value(w), kv_cache_bytes=as_value(kv), activation_bytes=as_value(act),
         total_bytes=as_value(total), fits=bool(fits) if fits.ndim == 0 else fits,
         max_batch=as_value(max_batch), max_context=as_value(max_ctx),
-        kv_bytes_per_token=as_value(kv_bytes_per_token(cfg, tp, dt.kv)),
+        kv_bytes_per_token=as_value(kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv)),
     )

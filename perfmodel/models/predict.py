@@ -194,11 +194,12 @@ def _request_rows_scalar(pre: PhaseResult, dec: PhaseResult, gen_len: float,
 def resolve_dtypes(cfg: TransformerConfig, hw: HardwareSpec, weight: str | None = None,
                    activation: str | None = None, kv: str | None = None,
                    expert: str | None = None) -> Dtypes:
-    """Pick the dtypes: activations bf16 (fp16 where the GPU lacks bf16); weights the
-    checkpoint's dtype, or the activation dtype when that is as wide; KV cache and experts
-    follow unless given."""
+    """Pick the dtypes: activations bf16 (fp16 where the GPU lacks bf16, fp32 where it
+    lacks both); weights the checkpoint's dtype (or the one given), or the activation
+    dtype when that is as narrow (engines cast wider weights to it on load:
+    :func:`widened_weights` says when); KV cache and experts follow unless given."""
     if activation is None:
-        act: DType = "bf16" if hw.supports("bf16") else "fp16"
+        act: DType = next((d for d in ("bf16", "fp16") if hw.supports(d)), "fp32")
     else:
         act = normalize_dtype(activation, "activation_dtype")
     if act not in hw.peaks:
@@ -212,6 +213,16 @@ def resolve_dtypes(cfg: TransformerConfig, hw: HardwareSpec, weight: str | None 
         e = act
     k = normalize_dtype(kv or act, "kv_dtype")
     return Dtypes(weight=w, activation=act, kv=k, expert=e)
+
+
+def widened_weights(cfg: TransformerConfig, dt: Dtypes, weight: str | None = None) -> str:
+    """A note when the weights asked for (``weight``, else the checkpoint's) are wider than
+    the activations and run cast to them (:func:`resolve_dtypes`); else ''."""
+    asked = normalize_dtype(weight or cfg.weight_dtype, "weight_dtype")
+    if asked == dt.weight or bytes_per_element(asked) <= bytes_per_element(dt.activation):
+        return ""
+    return (f"weights {asked} run as {dt.weight}, the activation dtype (engines cast wider "
+            "weights on load; pass --dtype to keep them wide)")
 
 
 def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str],
@@ -495,6 +506,9 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     window = _window_problem(cfg, ctx)
     if window:
         notes = [*notes, window + _ANYWAY]
+    widened = widened_weights(cfg, dt, weight_dtype)
+    if widened:
+        notes = [*notes, widened]
     if np.any(host > 0.0):
         source = STEP_OVERHEAD_SOURCE if step_overhead_s is None else "given"
         notes = [*notes, f"engine host time {float(np.max(host)) * 1e3:.3g} ms per pass "
