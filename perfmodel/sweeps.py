@@ -141,9 +141,11 @@ class SweepResult:
         return {
             "model": self.model, "hardware": self.hardware, "over": self.over,
             "phase": self.phase,
-            "fixed": {k: _first(getattr(self.prediction, k)) for k in
-                      ("batch", "prompt_len", "context_len", "gen_len", "tp")
-                      if k.removesuffix("_len") != self.over},
+            # the inputs held constant along the sweep (a prompt sweep moves the context too)
+            "fixed": {k: _first(v) for k in ("batch", "prompt_len", "context_len", "gen_len",
+                                              "tp")
+                      if k.removesuffix("_len") != self.over
+                      and _constant(v := getattr(self.prediction, k))},
             "crossovers": [c.to_dict() for c in self.crossovers],
             "columns": {k: [_clean(x) for x in np.asarray(v).tolist()] for k, v in cols.items()},
             "fits": [bool(x) for x in self.fits],
@@ -159,6 +161,13 @@ def _fmt_csv(name: str, x: float) -> str:
 
 def _clean(x: float) -> float | None:
     return x if np.isfinite(x) else None
+
+
+def _constant(x: Any) -> bool:
+    """Whether every point of ``x`` has the same value (NaN equal to NaN)."""
+    a = np.asarray(x, dtype=np.float64)
+    return bool(np.all((a == a.flat[0]) | (np.isnan(a) & np.isnan(a.flat[0])))) if a.size \
+        else True
 
 
 def _first(x: Any) -> float | None:

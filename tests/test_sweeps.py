@@ -131,3 +131,12 @@ def test_cli_table_csv_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "llama-2-7b", "--gpu", "h100-sxm", "--over", "tp", "--values",
                  "3"]) == 2
     assert "does not divide" in capsys.readouterr().err
+
+
+def test_json_fixed_lists_only_inputs_constant_along_the_sweep() -> None:
+    # a prompt sweep moves the context with the prompt: it is not a fixed input
+    d = sweep("llama-3.1-8b", "h100-sxm", "prompt", [128, 512]).to_dict()
+    assert "context_len" not in d["fixed"]
+    assert d["fixed"]["batch"] == 1.0
+    assert sweep("llama-3.1-8b", "h100-sxm", "batch", [1, 8]).to_dict()["fixed"][
+        "context_len"] == 2048.0
