@@ -233,3 +233,24 @@ def test_cpu_local_is_a_documented_placeholder() -> None:
     assert "placeholder" in hw.notes
     assert "perfmodel calibrate run --device cpu" in hw.notes
     assert all("placeholder" in text for text in hw.sources.values())
+
+
+def test_peaks_inherited_unchanged_from_a_bundled_spec_are_not_warned_of(
+        tmp_path: Path) -> None:
+    # the bundled H20 gives no FLOPs/clock for its tensor peaks (its clock is unpublished):
+    # a user file extending it unchanged warned that every one was "not cross-checked"
+    import warnings
+
+    from perfmodel._errors import PerfmodelWarning
+    from perfmodel.hardware.catalog import load_hardware_file
+
+    same = tmp_path / "h20-copy.yaml"
+    same.write_text("extends: h20\nid: h20-copy\nname: my H20\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerfmodelWarning)
+        assert load_hardware_file(same).peak("bf16") == 148e12
+    changed = tmp_path / "h20-fast.yaml"
+    changed.write_text("extends: h20\nid: h20-fast\nname: faster\n"
+                       "peaks:\n  bf16: {peak: 296 TFLOP/s, unit: tensor}\n")
+    with pytest.warns(PerfmodelWarning, match="bf16 not cross-checked"):
+        load_hardware_file(changed)

@@ -469,11 +469,11 @@ def _non_finite_calibration(spec: HardwareSpec) -> list[str]:
 
 #: Loaded spec files by absolute path as given: (the files read with their (mtime_ns,
 #: size), the folders ``extends`` could read from, the spec, whether it lies in the bundled
-#: catalogue). An entry holds while none of its files changed (``stat`` follows links, so
-#: a link pointed elsewhere shows as a change) and the allowed folders are the same;
-#: bounded.
+#: catalogue, the nearest bundled file of its ``extends`` chain). An entry holds while
+#: none of its files changed (``stat`` follows links, so a link pointed elsewhere shows as
+#: a change) and the allowed folders are the same; bounded.
 _FILE_CACHE: dict[str, tuple[tuple[tuple[str, int, int], ...], tuple[Any, ...],
-                             HardwareSpec, bool]] = {}
+                             HardwareSpec, bool, Path | None]] = {}
 _FILE_CACHE_MAX = 256
 #: Files modified less than this long ago (ns) are read again at the next load.
 _RACY_NS = 2_000_000_000
@@ -487,21 +487,23 @@ def _stamp(path: str) -> tuple[str, int, int] | None:
     return (path, info.st_mtime_ns, info.st_size)
 
 
-def _cached_file(p: Path) -> tuple[HardwareSpec, bool]:
-    """The validated spec of the file ``p`` and whether it is a bundled one, parsed again
-    only when it (or a file of its ``extends`` chain) changed since the last load: same
-    modification time and size."""
+def _cached_file(p: Path) -> tuple[HardwareSpec, bool, Path | None]:
+    """The validated spec of the file ``p``, whether it is a bundled one and the nearest
+    bundled file its ``extends`` chain reads (None: none), parsed again only when it (or a
+    file of its ``extends`` chain) changed since the last load: same modification time and
+    size."""
     key = os.path.abspath(p)
     roots = (_EXTRA_SPEC_DIRS.get(), os.environ.get("PERFMODEL_SPEC_PATH", ""))
     hit = _FILE_CACHE.get(key)
     if hit is not None and hit[1] == roots and all(
             _stamp(f) == (f, mtime, size) for f, mtime, size in hit[0]):
-        return hit[2], hit[3]
+        return hit[2], hit[3], hit[4]
     read: list[Path] = []
     real = p.resolve()
     data = _raw_with_extends(p, (str(real),), read)
     spec = spec_from_dict(data, source=str(p))
     bundled = _bundled_root() in real.parents
+    base = next((f for f in read[1:] if _bundled_root() in f.resolve().parents), None)
     files = [key, *(str(f.resolve()) for f in read[1:])]
     stamps = tuple(st for st in map(_stamp, files) if st is not None)
     # a file changed within the last seconds could change again within the same clock tick
@@ -510,8 +512,8 @@ def _cached_file(p: Path) -> tuple[HardwareSpec, bool]:
     if len(stamps) == len(read) and all(mtime < recent for _, mtime, _ in stamps):
         if len(_FILE_CACHE) >= _FILE_CACHE_MAX:
             _FILE_CACHE.clear()
-        _FILE_CACHE[key] = (stamps, roots, spec, bundled)
-    return spec, bundled
+        _FILE_CACHE[key] = (stamps, roots, spec, bundled, base)
+    return spec, bundled, base
 
 
 @functools.lru_cache(maxsize=1)
@@ -528,13 +530,16 @@ def load_hardware_file(path: str | Path) -> HardwareSpec:
 
     A spec outside the bundled catalogue with a tensor peak that has no
     ``flops_per_clock_per_unit`` issues a :class:`PerfmodelWarning`: without it, a 2:4
-    sparse figure (twice the dense one) cannot be told from a dense one.
+    sparse figure (twice the dense one) cannot be told from a dense one. A peak inherited
+    unchanged from a bundled spec it ``extends`` was checked there and is not warned of.
     """
     p = Path(path)
-    spec, bundled = _cached_file(p)
+    spec, bundled, base = _cached_file(p)
     if not bundled:
+        vetted = _cached_file(base)[0].peaks if base is not None else {}
         unchecked = [dt for dt, pk in spec.peaks.items()
-                     if pk.unit == "tensor" and pk.flops_per_clock_per_unit is None]
+                     if pk.unit == "tensor" and pk.flops_per_clock_per_unit is None
+                     and vetted.get(dt) != pk]
         if unchecked:
             warnings.warn(PerfmodelWarning(
                 f"{p.name}: peaks", f"{', '.join(unchecked)} not cross-checked: without "
