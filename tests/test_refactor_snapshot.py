@@ -15,6 +15,11 @@ Deliberate changes, each a bug fix (the recorded values are the old, wrong ones)
   kernel does not pay (``perfmodel.models.evaluate``, Marlin's measurements). In the
   affected run those decode rows may only lose compute time (memory, overhead, FLOPs and
   bytes unchanged), and every other figure of the run, prefill included, is unchanged.
+- ``GEMV``: a GEMM of at most 16 rows on a vector unit (fp32 on these GPUs) runs as a
+  GEMV-style kernel that pads no rows (``perfmodel.timing.gemm.GEMV_ROWS``); it was timed
+  with a padded 32-row SIMT tile. Those cases may only lose compute time, and the latency
+  with it (memory, overhead, FLOPs and bytes unchanged); a vectorised call holding one
+  must equal the one-at-a-time predictions of its rows.
 """
 
 from __future__ import annotations
@@ -98,6 +103,22 @@ def _predicted(make: Any, spec: dict[str, Any], hw: Any, ctx: RunContext,
     return p
 
 
+def _gemv(case: dict[str, Any], hw: Any) -> bool:
+    """A GEMM of at most 16 rows on a vector unit (``GEMV`` in the module doc)."""
+    args = case["args"]
+    return case["class"] == "Gemm" and args["m"] <= 16 and args["dtype"] in hw.peaks \
+        and hw.peaks[args["dtype"]].unit == "vector"
+
+
+def _check_gemv(p: pm.Prediction, want: dict[str, Any], where: str) -> list[str]:
+    """GEMV: compute and latency may only fall; every other figure is the recorded one."""
+    bad = [f"{where} {f}" for f in ("memory_s", "overhead_s", "flops", "bytes", "bytes_min")
+           if not _close(getattr(p, f), want[f])]
+    bad += [f"{where} {f} rose" for f in ("compute_s", "latency_s")
+            if float(getattr(p, f)) > float(want[f]) * (1 + RTOL)]
+    return bad
+
+
 @pytest.mark.parametrize("gpu", DOC["gpus"])
 def test_one_op_at_a_time_unchanged(gpu: str) -> None:
     hw = pm.load_hardware(gpu)
@@ -108,6 +129,9 @@ def test_one_op_at_a_time_unchanged(gpu: str) -> None:
         where = f"case {rec['case']} {case['class']} {rec['context']}"
         p = _predicted(_op, case, hw, ctx, rec, where, bad)
         if p is None:
+            continue
+        if _gemv(case, hw):
+            bad += _check_gemv(p, rec, where)
             continue
         bad += _check(p, rec, where)
     assert not bad, "\n".join(bad[:20]) + f"\n({len(bad)} differences)"
@@ -141,11 +165,14 @@ def test_vectorised_calls_unchanged(gpu: str) -> None:
         p = _predicted(_array_op, rec, hw, ctx, rec, where, bad)
         if p is None:
             continue
-        if _engine_phase_fix(rec):
-            # ENGINE_PHASE (module doc): each row as predicted alone
+        if _engine_phase_fix(rec) or any(_gemv(DOC["cases"][i], hw) for i in rec["cases"]):
+            # ENGINE_PHASE, GEMV (module doc): each row as predicted alone
             fixed += 1
             for j, i in enumerate(rec["cases"]):
-                one = singles[(i, rec["context"])]
+                one: Any = singles[(i, rec["context"])]
+                if _gemv(DOC["cases"][i], hw):  # the row alone as predicted now
+                    now = pm.predict(_op(DOC["cases"][i]), hw, context=ctx)
+                    one = {f: getattr(now, f) for f in FIELDS}
                 bad += [f"{where} row {j} {f}" for f in FIELDS
                         if not _close(np.asarray(getattr(p, f))[j], one[f])]
             continue

@@ -38,6 +38,13 @@ device rather than run a few CTAs (applied to cuBLAS too, the relief picked few-
 candidates that moved AIConfigurator's small bf16 GEMMs from ratio 0.85 to 0.66, p90 on
 A100 27 → 31-35 % after a refit).
 
+On a vector unit (SIMT: no tensor cores, or a dtype they do not take) a GEMM of m ≤ 16
+rows (:data:`GEMV_ROWS`) has one more candidate, a GEMV-style kernel (cuBLAS's gemv and
+small-n gemm paths: each thread keeps its rows' dot products in registers and streams the
+weights once): one launch, no split-K, the traffic of the best plain tile and
+t_compute = 2·b·m·n·k / R, as it pads no rows (:func:`_gemv`); it is taken where faster.
+A tensor core computes whole fragments; its padded tiles stay.
+
 The library is modelled as choosing the fastest candidate (the first of equals in menu
 order). The search prunes: a candidate's latency is at least
 max(t_compute, t_memory,min) + t_fill + launches·t_kernel, where t_memory,min streams the
@@ -534,18 +541,59 @@ def _one_shape(op: Gemm, call: _Call, env: Env, s_in: float, s_out: float,
     return out
 
 
+#: Rows at or below which a vector-unit GEMM runs as a GEMV-style kernel (module doc).
+GEMV_ROWS = 16.0
+
+
+def _gemv(out: dict[str, Any], m: Any, n: Any, kk: Any, b: Any, rate: float, p: float,
+          ops: Ops) -> dict[str, Any]:
+    """``out`` of a vector-unit GEMM with the GEMV regime's compute where m ≤ GEMV_ROWS
+    (module doc): c' = min(c, 2·b·m·n·k / R), latency − overlap(c, t_mem) +
+    overlap(c', t_mem)."""
+    c, mem = out["compute_s"], out["memory_s"]
+    c2 = ops.where(m <= GEMV_ROWS, ops.minimum(c, 2.0 * b * m * n * kk / rate), c)
+    lat = out["latency_s"] - overlap(c, mem, p, ops) + overlap(c2, mem, p, ops)
+    return {**out, "compute_s": c2, "latency_s": lat}
+
+
+def _search(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: Array,
+            c: Array, fits: Array, per_byte: Any) -> dict[str, Array]:
+    """The best candidate of every shape (flat arrays), searched in chunks."""
+    if m.size <= _FEW:
+        return _time_all(call, m, n, kk, b, a, w, c, fits, per_byte)
+    if m.size <= _CHUNK:
+        return _time_flat(call, m, n, kk, b, a, w, c, fits, per_byte)
+    parts = []
+    for i in range(0, m.size, _CHUNK):
+        sl = slice(i, i + _CHUNK)
+        parts.append(_time_flat(call, m[sl], n[sl], kk[sl], b[sl], a[sl], w[sl], c[sl],
+                                fits[sl], None if per_byte is None else per_byte[sl]))
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
 def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str, Any]:
     """Best-candidate timing of the GEMM kernel of ``op`` (arrays shaped like the op's
     broadcast shape; floats for a scalar op; the activation-quantize stage, if any, is
     timed by the caller). ``efficiency`` scales the achievable rate for the op's kernel
-    family and scheme."""
+    family and scheme. On a vector unit a GEMV-style kernel is one more candidate for a
+    GEMM of few rows (:func:`_gemv`)."""
     s_in = bytes_per_element(op.dtype)
     s_out = bytes_per_element(op.out_dtype)
-    call = _call(k, env, k.rate * efficiency, s_in, s_out, gemm_splits_k(op.impl))
+    rate = k.rate * efficiency
+    call = _call(k, env, rate, s_in, s_out, gemm_splits_k(op.impl))
+    gemv = k.unit == "vector"
     l2 = k.l2_bytes
     shape = op.shape
     if shape == () and np.ndim(env.copies) == 0:
-        return _one_shape(op, call, env, s_in, s_out, l2)
+        one = _one_shape(op, call, env, s_in, s_out, l2)
+        if gemv and float(op.m) <= GEMV_ROWS:
+            # the GEMV kernel: one launch, no split-K, the rows it has
+            plain = _call(k, env, rate, s_in, s_out, False)
+            g = _gemv(_one_shape(op, plain, env, s_in, s_out, l2), float(op.m), float(op.n),
+                      float(op.k), float(op.batch), rate, call.overlap_p, SCALAR)
+            if g["latency_s"] < one["latency_s"]:
+                return g
+        return one
     shape = np.broadcast_shapes(shape, np.shape(env.copies))
     m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
     a, w, c = operand_bytes(m, n, kk, b, s_in, s_in, s_out, op.shared_b, op.bias, op.quant)
@@ -555,17 +603,18 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str
     if env.warm:
         copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
         per_byte = _per_byte(call, _footprint(a, w, c, env, copies), VECTOR)
-    if m.size <= _FEW:
-        flat = _time_all(call, m, n, kk, b, a, w, c, fits, per_byte)
-    elif m.size <= _CHUNK:
-        flat = _time_flat(call, m, n, kk, b, a, w, c, fits, per_byte)
-    else:
-        parts = []
-        for i in range(0, m.size, _CHUNK):
-            sl = slice(i, i + _CHUNK)
-            parts.append(_time_flat(call, m[sl], n[sl], kk[sl], b[sl], a[sl], w[sl], c[sl],
-                                    fits[sl], None if per_byte is None else per_byte[sl]))
-        flat = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    flat = _search(call, m, n, kk, b, a, w, c, fits, per_byte)
+    few = np.flatnonzero(m <= GEMV_ROWS) if gemv else np.empty(0, dtype=np.intp)
+    if few.size:
+        plain = _call(k, env, rate, s_in, s_out, False)
+        sub = _search(plain, m[few], n[few], kk[few], b[few], a[few], w[few], c[few],
+                      fits[few], None if per_byte is None else per_byte[few])
+        g = _gemv(sub, m[few], n[few], kk[few], b[few], rate, call.overlap_p, VECTOR)
+        better = few[g["latency_s"] < flat["latency_s"][few]]
+        take = g["latency_s"] < flat["latency_s"][few]
+        for key in flat:
+            flat[key] = np.array(flat[key], dtype=np.float64)
+            flat[key][better] = np.asarray(g[key], dtype=np.float64)[take]
     flat["flops"] = 2.0 * b * m * n * kk
     flat["bytes_min"] = a + w + c
     return {key: v.reshape(shape) for key, v in flat.items()}
