@@ -17,7 +17,7 @@ from perfmodel.dtypes import DType, bytes_per_element, normalize_dtype
 from perfmodel.ops.cost import Array, Cost, as_size, broadcast_fields
 
 __all__ = ["Activation", "Elementwise", "Embedding", "Norm", "Rotary", "Softmax", "StreamTerms",
-           "stream_terms"]
+           "stream_ctas", "stream_terms"]
 
 #: Elements handled by one CTA of a streaming kernel (for the work-unit count).
 _ELEMS_PER_CTA = 4096.0
@@ -31,14 +31,23 @@ class StreamTerms(NamedTuple):
     bytes: Any
     """Device-memory traffic: every input read once, every output written once."""
     work_units: Any
-    """CTAs: ⌈elements / 4096⌉."""
+    """CTAs as they share bandwidth: elements / 4096, at least 1. The kernel's time is a
+    full CTA's 4096 elements at the per-CTA bandwidth, so a last, partial CTA adds only its
+    share (with ⌈elements / 4096⌉ one element more would halve a one-CTA kernel's time)."""
 
 
 def stream_terms(numel: Any, read_elems: Any, write_elems: Any, s: float, vector_flops: Any,
                  sfu_ops: Any, extra_bytes: Any = 0.0, ops: Ops = VECTOR) -> StreamTerms:
-    """bytes = (read + written elements)·s + extra bytes; one CTA per 4096 elements."""
+    """bytes = (read + written elements)·s + extra bytes; one CTA per 4096 elements, as a
+    bandwidth share (:attr:`StreamTerms.work_units`)."""
     return StreamTerms(vector_flops, sfu_ops, (read_elems + write_elems) * s + extra_bytes,
-                       ops.ceil(numel / _ELEMS_PER_CTA))
+                       stream_ctas(numel, ops))
+
+
+def stream_ctas(numel: Any, ops: Ops = VECTOR) -> Any:
+    """CTAs of a streaming kernel of ``numel`` elements as they share bandwidth:
+    max(numel / 4096, 1) (:attr:`StreamTerms.work_units`)."""
+    return ops.maximum(numel / _ELEMS_PER_CTA, 1.0)
 
 
 def _stream_cost(t: StreamTerms) -> Cost:
