@@ -270,8 +270,8 @@ def csv_records(source: str | Path | Iterable[str],
     reader.fieldnames = header
     records: list[Record] = []
     try:
-        for i, raw in enumerate(reader, start=2):
-            _record(records, i, raw)
+        for raw in reader:  # line_num: the physical line (blank lines are skipped)
+            _record(records, reader.line_num, raw)
     except csv.Error as exc:
         raise _csv_error(name, reader.line_num, exc) from None
     return name, records
@@ -328,12 +328,30 @@ def read_measurements(path: str | Path | Iterable[str], *, strict: bool = False)
 def write_measurements(path: str | Path, rows: Iterable[Mapping[str, object]],
                        append: bool = True) -> None:
     """Write rows (mappings keyed by :data:`COLUMNS`) to ``path``; adds the header when the
-    file is new. Values are written with ``str``; None becomes an empty field."""
+    file is new. Values are written with ``str``; None becomes an empty field. Appending
+    follows the existing file's header (its column order; columns it lacks are not
+    written) and starts on a new line where the file does not end with one."""
     p = Path(path)
     new = not p.exists() or p.stat().st_size == 0 or not append
+    fields = list(COLUMNS)
+    lead = ""
+    if not new:
+        with p.open("rb") as fh:
+            first = fh.readline().decode("utf-8-sig", errors="replace")
+            fh.seek(-1, 2)
+            lead = "" if fh.read(1) in (b"\n", b"\r") else "\n"
+        header = [h.strip() for h in next(csv.reader([first]), [])]
+        if header and header != fields:
+            if "op" not in header or "measured_us" not in header:
+                shown = clip_message(", ".join(header), 80)
+                raise PerfmodelError(str(p), f"cannot append: its header ({shown}) is not a "
+                                     "measurement CSV's", "write to a new file, or append "
+                                     "to a measurement CSV")
+            fields = header
     with p.open("a" if append else "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS), extrasaction="ignore")
+        fh.write(lead)
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new:
             writer.writeheader()
         for row in rows:
-            writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in COLUMNS})
+            writer.writerow({k: "" if row.get(k) is None else row.get(k) for k in fields})

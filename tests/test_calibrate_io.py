@@ -241,3 +241,31 @@ def test_xla_default_f32_is_fitted_as_fp32_where_there_is_no_tf32(tmp_path: Path
     b200, rules = as_run_on(rows[2:], pm.load_hardware("b200"))
     assert [r.dtype for r in b200] == ["tf32"]
     assert rules == []
+
+
+def test_skipped_lines_are_named_by_their_physical_line(tmp_path: Path) -> None:
+    # blank lines (which the CSV reader skips) used to shift every later line number
+    from perfmodel.measurements import read_measurements
+
+    f = tmp_path / "m.csv"
+    f.write_text("spec,op,dtype,m,n,k,measured_us\n"
+                 "h100-sxm,gemm,bf16,64,64,64,5\n\n\n"
+                 "h100-sxm,gemm,bf16,64,64,64,oops\n")
+    got = read_measurements(f)
+    assert [line for line, _ in got.skipped] == [5]
+
+
+def test_append_starts_a_new_line_and_follows_the_files_header(tmp_path: Path) -> None:
+    from perfmodel.measurements import read_measurements
+
+    f = tmp_path / "m.csv"
+    # a hand-written file: its own column order, no final newline
+    f.write_text("measured_us,op,dtype,spec,m,n,k\n5,gemm,bf16,h100-sxm,64,64,64")
+    write_measurements(f, [{"spec": "h100-sxm", "op": "gemm", "dtype": "bf16", "m": 128,
+                            "n": 64, "k": 64, "measured_us": 7}])
+    got = read_measurements(f, strict=True)
+    assert [(r.m, round(r.measured_s * 1e6, 9)) for r in got.rows] == [(64, 5.0), (128, 7.0)]
+    other = tmp_path / "notes.csv"
+    other.write_text("name,value\na,1\n")
+    with pytest.raises(PerfmodelError, match="not a measurement CSV"):
+        write_measurements(other, [{"op": "gemm", "measured_us": 1}])
