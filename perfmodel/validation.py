@@ -23,7 +23,7 @@ import numpy.typing as npt
 from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
 from perfmodel.engines import attention_kernel_for_label, gemm_kernel_for_label
-from perfmodel.hardware.catalog import load_hardware
+from perfmodel.hardware.catalog import load_hardware, resolve_id
 from perfmodel.hardware.spec import HardwareSpec, spec_fitted_sources
 from perfmodel.measurements import (
     Measurement,
@@ -649,6 +649,7 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
         rows, skipped = list(records), []
     fixed = load_hardware(hw) if hw is not None else None
     grouped: dict[tuple[Any, ...], list[Measurement]] = defaultdict(list)
+    ids: dict[str, str] = {}  # a row's spec as written -> the bundled id it names
     for row in rows:
         if not include_suspect and is_suspect(row.notes):
             skipped.append((row.row, "notes say SUSPECT: implied FLOP/s above the device's "
@@ -657,7 +658,7 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
         if fixed is None and not row.spec:
             skipped.append((row.row, "no spec column and no --gpu given"))
             continue
-        spec_id = row.spec if fixed is None else fixed.id
+        spec_id = _spec_id(row.spec, ids) if fixed is None else fixed.id
         grouped[(spec_id,) + _batch_key(row)].append(row)  # noqa: RUF005
 
     kept: list[Measurement] = []
@@ -693,6 +694,18 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
         kept_specs.extend([spec_id] * len(group))
         batches.append(batch)
     return Prepared(tuple(kept), tuple(kept_specs), tuple(batches), tuple(sorted(skipped)))
+
+
+def _spec_id(written: str, ids: dict[str, str]) -> str:
+    """The bundled id a row's spec names (``H100-SXM``, ``h100`` -> ``h100-sxm``), so that
+    one device is one group; the text as written when it names none (a spec file, or an
+    unknown GPU: refused later, with the reason)."""
+    if written not in ids:
+        try:
+            ids[written] = resolve_id(written)
+        except PerfmodelError:
+            ids[written] = written
+    return ids[written]
 
 
 def in_sample(group: GroupResult, constants: Constants | None = None) -> bool:

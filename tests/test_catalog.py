@@ -254,3 +254,25 @@ def test_peaks_inherited_unchanged_from_a_bundled_spec_are_not_warned_of(
                        "peaks:\n  bf16: {peak: 296 TFLOP/s, unit: tensor}\n")
     with pytest.warns(PerfmodelWarning, match="bf16 not cross-checked"):
         load_hardware_file(changed)
+
+
+def test_a_prefix_names_variants_not_other_gpus() -> None:
+    # 'p100' names the one P100 variant bundled; 'l40' is an L40, not the L40S (twice the
+    # tensor rate): refused with suggestions
+    from perfmodel._errors import PerfmodelError
+    from perfmodel.hardware.catalog import resolve_id
+
+    assert resolve_id("p100") == "p100-pcie-16gb"
+    with pytest.raises(PerfmodelError, match="unknown hardware"):
+        resolve_id("l40")
+
+
+def test_one_device_is_one_validation_group(tmp_path: Path) -> None:
+    from perfmodel.validation import validate
+
+    f = tmp_path / "m.csv"
+    f.write_text("spec,op,dtype,m,n,k,measured_us\n" + "".join(
+        f"{spec},gemm,bf16,4096,4096,4096,200\n"
+        for spec in ("h100-sxm", "H100-SXM", "NVIDIA H100 80GB HBM3")))
+    res = validate(f)
+    assert [(g.spec, g.ours.n) for g in res.groups] == [("h100-sxm", 3)]

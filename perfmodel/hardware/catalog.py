@@ -101,7 +101,9 @@ def _normalize(name: str) -> str:
 
 
 def resolve_id(name: str) -> str:
-    """Map a bundled id or a common spelling (``H100``, ``A100``) to a bundled id.
+    """Map a bundled id or a common spelling (``H100``, ``A100``) to a bundled id, or a
+    unique prefix of one (``rtx-409``), except a model number the id extends with a letter
+    (``l40`` is another GPU than ``l40s``).
 
     Raises :class:`PerfmodelError` for unknown or ambiguous names, listing candidates.
     """
@@ -118,6 +120,10 @@ def resolve_id(name: str) -> str:
         _note(f"note: '{name}' resolved to '{target}' (say '{target}' to silence this note)")
         return target
     prefix = [i for i in ids if i.startswith(key)]
+    # a model number followed by a letter names another product: 'l40' is not the 'l40s'
+    # (twice its tensor rate), so such a prefix is no abbreviation ('rtx-409' still is)
+    if len(prefix) == 1 and key[-1:].isdigit() and prefix[0][len(key):len(key) + 1].isalpha():
+        prefix = []
     if len(prefix) == 1:
         _note(f"note: '{name}' resolved to '{prefix[0]}'")
         return prefix[0]
