@@ -269,3 +269,26 @@ def test_append_starts_a_new_line_and_follows_the_files_header(tmp_path: Path) -
     other.write_text("name,value\na,1\n")
     with pytest.raises(PerfmodelError, match="not a measurement CSV"):
         write_measurements(other, [{"op": "gemm", "measured_us": 1}])
+
+
+def test_fit_finds_the_run_spec_next_to_a_moved_csv(tmp_path: Path) -> None:
+    # the run recorded an absolute spec path; the folder was moved since. The fit used to
+    # fall back silently to the CSV's spec column (the bundled placeholder) instead of the
+    # spec the run measured, which lies next to the CSV
+    import json
+
+    from perfmodel.cli.calibrate import _resolve_spec
+
+    run = tmp_path / "moved"
+    run.mkdir()
+    (run / "m.csv").write_text("spec,op,dtype,m,n,k,measured_us\n"
+                               "cpu-local,gemm,fp32,64,64,64,50\n")
+    (run / "m.my-cpu.yaml").write_text("extends: cpu-local\nid: my-cpu\nname: measured\n")
+    (run / "m.csv.env.json").write_text(json.dumps(
+        {"spec_path": "/home/someone/runs/m.my-cpu.yaml"}))
+    hw, path = _resolve_spec(run / "m.csv", None, [])
+    assert hw.id == "my-cpu"
+    assert path == run / "m.my-cpu.yaml"
+    (run / "m.my-cpu.yaml").unlink()
+    with pytest.raises(PerfmodelError, match="is gone"):
+        _resolve_spec(run / "m.csv", None, [])

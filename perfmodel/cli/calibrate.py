@@ -313,8 +313,18 @@ def _resolve_spec(csv_path: Path, gpu: str | None, rows: list[Any]) -> tuple[Any
 
     if gpu is None:
         env = _sidecar(csv_path)
-        if env.get("spec_path") and Path(env["spec_path"]).is_file():
-            gpu = str(env["spec_path"])
+        recorded = Path(str(env.get("spec_path") or ""))
+        beside = csv_path.with_name(recorded.name) if env.get("spec_path") else None
+        if env.get("spec_path") and recorded.is_file():
+            gpu = str(recorded)
+        elif beside is not None and beside.is_file():
+            # the run folder was moved: the measured spec is still next to its CSV
+            gpu = str(beside)
+        elif env.get("spec_path"):
+            raise PerfmodelError(
+                "--gpu", f"the run's spec file {recorded} (recorded in "
+                f"{csv_path.name}.env.json) is gone, and no {recorded.name} lies next to "
+                "the CSV", "pass --gpu with the spec the run measured")
         else:
             specs = sorted({r.spec for r in rows if r.spec})
             if len(specs) != 1:
