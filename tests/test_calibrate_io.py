@@ -292,3 +292,22 @@ def test_fit_finds_the_run_spec_next_to_a_moved_csv(tmp_path: Path) -> None:
     (run / "m.my-cpu.yaml").unlink()
     with pytest.raises(PerfmodelError, match="is gone"):
         _resolve_spec(run / "m.csv", None, [])
+
+
+def test_fit_warns_of_parameters_at_a_bound_or_faster_than_the_spec() -> None:
+    from types import SimpleNamespace
+
+    from perfmodel.calibrate.fit import _BOUNDS
+    from perfmodel.cli.calibrate import _param_cautions
+
+    hi = _BOUNDS["memory_fraction"][1]
+    keys = [SimpleNamespace(key="stream/fp32", n=40, params={"memory_fraction": hi}),
+            SimpleNamespace(key="gemm/fp32", n=90, params={"compute_fraction": 1.08}),
+            SimpleNamespace(key="attention/fp32", n=0, params={"compute_fraction": 0.7}),
+            SimpleNamespace(key="gemm/bf16", n=50, params={"compute_fraction": 0.8})]
+    got = _param_cautions(keys)
+    assert len(got) == 3
+    assert "stream/fp32: memory_fraction" in got[0]
+    assert "bound" in got[0]
+    assert "above 1" in got[1]
+    assert "no rows" in got[2]

@@ -431,6 +431,8 @@ def fit_cmd(args: argparse.Namespace) -> int:
         "error_before": result.error_before, "error_after": {**result.error_after, **extra_a},
         "skipped": [list(s) for s in result.skipped], "seconds": round(time.monotonic() - t0, 2),
     }
+    cautions = _param_cautions(result.keys)
+    payload["warnings"] = cautions
     if args.json:
         print(json.dumps(payload, indent=2))
         return 0
@@ -455,8 +457,34 @@ def fit_cmd(args: argparse.Namespace) -> int:
         held = f"  held-out {100 * h:5.1f}%" if h is not None and math.isfinite(h) else ""
         print(f"  {key:18s} {100 * b_med:6.1f}% -> {100 * a_med:5.1f}%      "
               f"{100 * b_p90:6.1f}% -> {100 * a_p90:5.1f}%{held}")
+    for line in cautions:
+        print(f"warning: {line}", file=sys.stderr)
     print(f"wrote {out.id} calibration -> {args.out} (load it with --gpu {args.out})")
     return 0
+
+
+def _param_cautions(keys: Any) -> list[str]:
+    """What a reader of a fit should not miss: a parameter pinned at its bound (the data
+    wanted beyond it), a compute or memory fraction above 1 (faster than the spec's peak
+    or bandwidth), a key fitted on no rows."""
+    from perfmodel.calibrate.fit import _BOUNDS
+
+    out = []
+    for k in keys:
+        if k.n == 0 and k.params:
+            out.append(f"{k.key}: no rows; its values are the starting ones, not fitted")
+            continue
+        for name, v in k.params.items():
+            lo, hi = _BOUNDS.get(name, (-math.inf, math.inf))
+            if math.isclose(v, lo, rel_tol=1e-6) or math.isclose(v, hi, rel_tol=1e-6):
+                out.append(f"{k.key}: {name}={_fmt_param(name, v)} sits at its bound "
+                           f"[{_fmt_param(name, lo)}, {_fmt_param(name, hi)}]: the data "
+                           "pull it further (check the measurements and the spec)")
+            elif name in ("compute_fraction", "memory_fraction") and v > 1.0:
+                what = "peak" if name == "compute_fraction" else "bandwidth"
+                out.append(f"{k.key}: {name}={v:.3g} is above 1, faster than the spec's "
+                           f"{what} (check the spec's figures or the measured times)")
+    return out
 
 
 def _parts_fitter(data: Any, hw: Any, residual: str = "gp", **_: Any) -> Any:
