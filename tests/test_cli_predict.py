@@ -201,3 +201,24 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 0
         assert "examples:" in out
         assert "perfmodel predict" in out
+
+
+def test_engine_attention_computes_in_fp8_over_an_fp8_kv_cache_as_the_model_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # TensorRT-LLM's prefill kernel over an fp8 KV cache computes in fp8; the CLI kept the
+    # bf16 Q dtype and predicted the call 3 % slower than over a bf16 cache
+    import perfmodel as pm
+
+    base = ["predict", "attention", "--gpu", "h100-sxm", "--batch", "4", "--heads", "32",
+            "--kv-heads", "8", "--seq-q", "8192", "--head-dim", "128", "--causal",
+            "--dtype", "bf16", "--engine", "trtllm", "--json"]
+    code, out, _ = run([*base, "--kv-dtype", "fp8"], capsys)
+    assert code == 0
+    fp8 = json.loads(out)
+    code, out, _ = run([*base, "--kv-dtype", "bf16"], capsys)
+    bf16 = json.loads(out)
+    assert fp8["latency_s"] < bf16["latency_s"]
+    # the model path's attention for the same call
+    r = pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=4,
+                         prompt_len=8192, kv_dtype="fp8", engine="trtllm")
+    assert any("in fp8 over the fp8 KV cache" in a for a in r.assumptions)

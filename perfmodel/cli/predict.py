@@ -232,6 +232,7 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
 def _build_attention(a: argparse.Namespace) -> Op:
     impl, kv_write, rope, splits = a.impl or "flash", a.kv_write, a.rope, a.num_splits
     tc_group = 0.0
+    dtype = a.dtype
     if a.engine:
         phase = "decode" if a.seq_q == 1 else "prefill"
         choice = attention_kernel(a.engine, a.arch_for_engine, phase, a.head_dim,
@@ -242,9 +243,13 @@ def _build_attention(a: argparse.Namespace) -> Op:
             splits = choice.num_splits
         if impl == choice.impl:
             tc_group = choice.tensor_core_min_group
+            # the engine's kernel computes in fp8 over an fp8 KV cache (as a model's
+            # attention under --engine does: perfmodel.models.evaluate)
+            if choice.fp8_compute and getattr(a, "fp8_for_engine", False):
+                dtype = "fp8"
     return Attention(batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, seq_q=a.seq_q,
                      seq_kv=a.seq_kv, head_dim=a.head_dim, value_dim=a.value_dim,
-                     causal=a.causal, dtype=a.dtype, kv_dtype=a.kv_dtype, impl=impl,
+                     causal=a.causal, dtype=dtype, kv_dtype=a.kv_dtype, impl=impl,
                      num_splits=splits, kv_write=kv_write, rope=rope,
                      tensor_core_min_group=tc_group)
 
@@ -411,6 +416,7 @@ def _load(gpu: str, flag: str) -> HardwareSpec:
 def _build(args: argparse.Namespace, hw: HardwareSpec | None = None) -> Op:
     args.engine = getattr(args, "engine", None)
     args.arch_for_engine = hw.arch if hw is not None else ""
+    args.fp8_for_engine = hw is not None and "fp8" in hw.peaks
     try:
         return _OPS[args.op_name].build(args)
     except PerfmodelError as exc:
