@@ -31,3 +31,14 @@ def test_more_elements_never_take_less_time(gpu: str) -> None:
     for op in ops:
         lat = np.asarray(pm.predict(op, gpu).latency_s)
         assert np.all(np.diff(lat) >= -1e-12 * lat[1:]), type(op).__name__
+
+
+def test_array_calls_give_arrays_for_every_figure() -> None:
+    # an embedding's time does not depend on the vocabulary: an array of vocab sizes gave
+    # one scalar; a stream op's overhead was a scalar beside array latencies
+    vocab = np.array([32_000.0, 128_000.0])
+    p = pm.predict(pm.Embedding(tokens=128, hidden=4096, vocab=vocab), "h100-sxm")
+    for f in ("latency_s", "compute_s", "memory_s", "overhead_s", "bytes", "flops"):
+        assert np.shape(getattr(p, f)) == (2,), f
+    e = pm.predict(pm.Elementwise(numel=np.array([1e3, 1e6]), reads=1, writes=1), "h100-sxm")
+    assert np.shape(e.overhead_s) == (2,)

@@ -305,12 +305,18 @@ def _predict_stream(op: StreamOp, spec: HardwareSpec, ctx: RunContext,
     compute = t.vector_flops / k.vector_op_rate + t.sfu_ops / k.sfu_rate
     footprint = t.bytes * (copies if env.input_copies else 1.0)
     memory = stream_time(t.bytes, footprint, k, env, ctas=t.work_units, ops=ops)
-    overhead = env.kernel_s  # one launch
+    overhead: Any = env.kernel_s  # one launch
     latency = overlap(compute, memory, k.overlap_p, ops) + overhead
+    flops, bytes_ = 0.0 + t.vector_flops, t.bytes
+    if ops is VECTOR:  # every figure shaped as the call (a size may not enter them all)
+        shape = np.broadcast_shapes(op.shape, np.shape(env.copies))
+        compute, memory, overhead, latency, flops, bytes_ = (
+            np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
+            for x in (compute, memory, overhead, latency, flops, bytes_))
     return make_prediction(
         op=op.name, hardware=spec.id, dtype=op.dtype, compute_s=compute, memory_s=memory,
-        overhead_s=overhead, latency_s=latency, flops=0.0 + t.vector_flops, bytes_=t.bytes,
-        bytes_min=t.bytes, peak=k.vector_op_rate * 2.0, bandwidth=k.bandwidth,
+        overhead_s=overhead, latency_s=latency, flops=flops, bytes_=bytes_,
+        bytes_min=bytes_, peak=k.vector_op_rate * 2.0, bandwidth=k.bandwidth,
         ridge_point=k.vector_op_rate * 2.0 / k.achievable_bandwidth,
         details={"kernels": 1.0},
     )
