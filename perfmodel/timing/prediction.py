@@ -53,7 +53,9 @@ class Prediction:
         Fixed part: kernel launch and prologue per kernel, non-overlapped tile fill/drain,
         link latencies, and any timing-method floor passed to ``predict``, s.
     flops:
-        Useful FLOPs (2·m·n·k for a GEMM; exact causal pairs for attention).
+        Useful FLOPs (2·m·n·k for a GEMM; exact causal pairs for attention), summed over
+        the call's kernels where it has several (a GEMM that quantizes its input adds that
+        kernel's 3·m·k vector FLOPs; an attention call its pre-processing's).
     bytes:
         Modelled device-memory traffic, bytes (``bytes_min`` is the every-byte-once floor).
     arithmetic_intensity:
