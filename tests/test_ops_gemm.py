@@ -139,3 +139,18 @@ def test_half_precision_decode_is_not_slower_than_fp32_on_a_p100() -> None:
                                       batch=4, prompt_len=512, gen_len=64,
                                       activation_dtype=dtype).tpot_s)
     assert tpot("fp16") <= tpot("fp32")
+
+
+def test_split_k_takes_every_split_that_keeps_128_of_k() -> None:
+    # each of 4 splits of k = 511 keeps ceil(511 / 4) = 128: split-K is allowed, as the
+    # module doc says; the test was k < 128·s, so k = 511 could not split four ways and
+    # took 42.1 µs against 25.4 µs at k = 512 (more work, less time)
+    import perfmodel as pm
+
+    p511 = pm.predict(pm.Gemm(m=1024, n=128, k=511, dtype="fp64"), "mi355x")
+    p512 = pm.predict(pm.Gemm(m=1024, n=128, k=512, dtype="fp64"), "mi355x")
+    assert p511.details["split_k"] == p512.details["split_k"] == 4.0
+    assert float(p511.latency_s) <= float(p512.latency_s)
+    # the vectorised search applies the same rule
+    v = pm.predict(pm.Gemm(m=1024, n=128, k=np.array([511.0, 512.0]), dtype="fp64"), "mi355x")
+    assert np.asarray(v.latency_s)[0] == pytest.approx(float(p511.latency_s), rel=1e-12)

@@ -271,8 +271,8 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     total = overlap(compute, memory, call.overlap_p, ops) + overhead
     if split:
-        total = ops.where((tiles / t.split >= call.slots) | (kk < 128.0 * t.split), math.inf,
-                          total)
+        total = ops.where((tiles / t.split >= call.slots) | (ops.ceil(kk / t.split) < 128.0),
+                          math.inf, total)
     return {"latency_s": total, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "waves": waves}
 
@@ -393,7 +393,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
             for j in call.split_index[-2 - i]:
                 t = call.splits[j]
                 if (b * t.split) * tiles_m[t.tm] * tiles_n[t.tn] / t.split >= slots \
-                        or kk < 128.0 * t.split:
+                        or math.ceil(kk / t.split) < 128.0:
                     continue  # split-K not taken for this shape (infinite latency)
                 order.append((bound(t), n_plain + j))
             order.sort()
