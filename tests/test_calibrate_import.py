@@ -598,3 +598,43 @@ def test_silu_and_gzip_traces_round_trip(tmp_path: Path,
     (row,) = read_rows(out)[0]
     assert (row.op, row.sizes) == ("silu", (32.0, 64.0))
     assert main(["validate", str(out)]) == 0
+
+
+# ------------------------------------------------------------------ audit fixes: CPU accounting
+def _top_level_us(path: Path) -> float:
+    """Sum of the spans of operator calls nested in no other call on their thread, µs."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    ops = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X"
+                  and e.get("cat") == "cpu_op"),
+                 key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
+    total, end = 0.0, {}
+    for e in ops:
+        thread = (e["pid"], e["tid"])
+        if e["ts"] + e["dur"] > end.get(thread, -1.0) + 2e-3:
+            total += e["dur"]
+            end[thread] = e["ts"] + e["dur"]
+    return total
+
+
+def test_cpu_trace_accounts_for_the_time_of_unmapped_parents(tmp_path: Path) -> None:
+    """An unmapped or refused operator with nested calls (matmul of a matrix and a vector
+    runs aten::mv > aten::addmv_) keeps its own time in the unmatched list, with the
+    refusal reason: rows plus unmatched add up to the top-level spans."""
+    torch = pytest.importorskip("torch")
+    a, v, x = torch.randn(256, 512), torch.randn(512), torch.randn(64, 64)
+    for _ in range(2):
+        torch.matmul(a, v)
+        torch.mm(x, x)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        torch.matmul(a, v)
+        torch.mm(x, x)
+    path = tmp_path / "mv.json"
+    prof.export_chrome_trace(str(path))
+    capture = read_trace(path)
+    assert [u.source_op for u in capture.units] == ["aten::mm"]
+    assert capture.measured_s * 1e6 == pytest.approx(_top_level_us(path), abs=0.01)
+    (matmul,) = [u for u in capture.unmatched if u.name == "aten::matmul"]
+    assert "matrix-vector" in matmul.reason  # the refusal reason is kept
+    assert "self time" in matmul.reason
+    assert matmul.measured_s > 0

@@ -23,6 +23,9 @@ its kernels (timing code ``torch_profiler_trace_kernel_sum``).
 A trace with no GPU work was recorded on the CPU: the op calls are the outermost mapped
 operators on each thread, timed by their span (``torch_profiler_trace_cpu_op``). Kernels
 (GPU) or leaf operators (CPU) that map to no op are listed with the reason, never dropped.
+On the CPU an operator that maps to no op (or whose call was refused) but holds nested
+calls is replaced by them; its own time outside them is listed as unmatched with its
+reason, so the rows and the unmatched list together account for every top-level span.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ TIMING_CPU = "torch_profiler_trace_cpu_op"
 _GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 _RECORD_FIX = ("record with torch.profiler.profile(record_shapes=True) and export with "
                "prof.export_chrome_trace(path) after the profiled region")
+#: Reason prefix of the time an unmapped operator spent outside its nested calls (CPU).
+_SELF_TIME = "self time outside its nested operator calls"
 #: Slack when nesting spans: the trace rounds times to 1 ns (0.001 µs).
 _EPS_US = 2e-3
 
@@ -348,11 +353,16 @@ def _cpu_units(ops: list[_Op], by_thread: dict[tuple[Any, Any], list[int]],
             units.append(Unit(op=got, measured_s=(op.end - op.start) * 1e-6,
                               source_op=op.name))
             return
+        reason = got if isinstance(got, str) else "perfmodel models no such operator"
         if op.children:
             for j in op.children:
                 visit(j, op.name)
+            inner = sum(ops[j].end - ops[j].start for j in op.children)
+            own = max(0.0, (op.end - op.start) - inner)
+            if own > 0:
+                unmatched.append(Unmatched(op.name, "op", f"{_SELF_TIME}: {reason}",
+                                           own * 1e-6, context))
             return
-        reason = got if isinstance(got, str) else "perfmodel models no such operator"
         unmatched.append(Unmatched(op.name, "op", reason, (op.end - op.start) * 1e-6, context))
 
     for indices in by_thread.values():
