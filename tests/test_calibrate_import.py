@@ -638,3 +638,83 @@ def test_cpu_trace_accounts_for_the_time_of_unmapped_parents(tmp_path: Path) -> 
     assert "matrix-vector" in matmul.reason  # the refusal reason is kept
     assert "self time" in matmul.reason
     assert matmul.measured_s > 0
+
+
+# ------------------------------------------------------------------ audit fixes: autocast
+def test_autocast_gemms_take_the_dtype_and_time_of_the_kernel(tmp_path: Path) -> None:
+    """Under torch.autocast the outer aten::linear / aten::matmul keeps fp32 input types and
+    holds the casts; the inner call with bf16 inputs ran the GEMM: rows are bf16 and timed
+    by the inner call, the casts are listed as unmatched."""
+    torch = pytest.importorskip("torch")
+    lin, x = torch.nn.Linear(64, 96), torch.randn(32, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        lin(x)
+        torch.matmul(x, x.t())
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    record_shapes=True) as prof:
+            y = lin(x)
+            z = torch.matmul(x, x.t())
+    assert (y.dtype, z.dtype) == (torch.bfloat16, torch.bfloat16)
+    path = tmp_path / "autocast.json"
+    prof.export_chrome_trace(str(path))
+    capture = read_trace(path)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    spans = {(e["name"], e["args"]["Input type"][0]): e["dur"] * 1e-6
+             for e in doc["traceEvents"] if e.get("cat") == "cpu_op"
+             and e["name"] in ("aten::linear", "aten::matmul")}
+    linear, matmul = capture.units
+    bf16 = "c10::BFloat16"
+    assert (linear.op.op, linear.op.m, linear.op.n, linear.op.k, linear.op.bias,
+            linear.op.dtype) == ("gemm", 32, 96, 64, True, "bf16")
+    assert (matmul.op.m, matmul.op.n, matmul.op.k, matmul.op.dtype) == (32, 32, 64, "bf16")
+    ns = 2e-9  # the trace's times are rounded to 1 ns
+    assert linear.measured_s == pytest.approx(spans[("aten::linear", bf16)], abs=ns)
+    assert matmul.measured_s == pytest.approx(spans[("aten::matmul", bf16)], abs=ns)
+    casts = [u for u in capture.unmatched if u.name == "aten::copy_"]
+    assert casts
+    assert all("converting copy" in u.reason for u in casts)
+    assert any("autocast" in u.reason for u in capture.unmatched)
+    assert capture.measured_s * 1e6 == pytest.approx(_top_level_us(path), abs=0.01)
+
+
+def test_autocast_gpu_gemm_is_the_inner_calls_kernel(tmp_path: Path) -> None:
+    """A hand-written GPU trace of an autocast linear: the outer fp32 call holds a cast
+    kernel (under aten::to) and the inner bf16 call's GEMM kernel; the row is the GEMM's,
+    bf16, 20 µs; the cast kernel is listed with its reason."""
+    def op(name: str, ts: float, dur: float, ext: int, dims: list[list[int]],
+           types: list[str]) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": dur, "args": {"External id": ext, "Input Dims": dims,
+                                     "Input type": types}}
+
+    def kernel(name: str, ts: float, dur: float, ext: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": dur, "args": {"device": 0, "stream": 7, "External id": ext}}
+
+    bf16 = "c10::BFloat16"
+    dims = [[8, 4096], [1024, 4096], [1024]]
+    events = [
+        op("aten::linear", 0, 100, 1, dims, ["float"] * 3),
+        op("aten::to", 2, 20, 2, [[8, 4096], [], [], [], []], ["float", "Scalar"]),
+        op("aten::_to_copy", 3, 18, 3, [[8, 4096], [], []], ["float", "Scalar"]),
+        op("aten::copy_", 5, 10, 4, [[8, 4096], [8, 4096], []], [bf16, "float", "Scalar"]),
+        op("aten::linear", 30, 60, 5, dims, [bf16] * 3),
+        op("aten::addmm", 35, 50, 6, [[1024], [8, 4096], [4096, 1024], [], []], [bf16] * 3),
+        kernel("void at::native::unrolled_elementwise_kernel<copy_kernel>", 110, 4, 4),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 120, 20, 6),
+    ]
+    doc = {"schemaVersion": 1, "traceEvents": events,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
+                                 "computeMajor": 9, "computeMinor": 0}]}
+    path = tmp_path / "autocast_gpu.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    capture = read_trace(path)
+    (unit,) = capture.units
+    assert (unit.op.m, unit.op.n, unit.op.k, unit.op.dtype) == (8, 1024, 4096, "bf16")
+    assert unit.measured_s == pytest.approx(20e-6)
+    (cast,) = capture.unmatched
+    assert "copy_kernel" in cast.name
+    assert cast.measured_s == pytest.approx(4e-6)
+    assert "autocast" in cast.reason
+    assert "converting copy" in cast.reason
+    assert not capture.notes  # the outer call is not reported as launching nothing

@@ -18,7 +18,10 @@ span holds that call on the same thread. The op call it measures is the *outermo
 operator on that chain which maps to a perfmodel op (:func:`perfmodel.calibrate.opmap.map_op`):
 ``aten::linear`` rather than the ``aten::addmm`` inside it, the whole
 ``aten::scaled_dot_product_attention`` rather than its backend. A call's time is the sum of
-its kernels (timing code ``torch_profiler_trace_kernel_sum``).
+its kernels (timing code ``torch_profiler_trace_kernel_sum``). Under ``torch.autocast`` a call
+is recorded twice, the outer one with the caller's input types around the casts and the
+inner one with the cast inputs: the inner call is the one measured (the dtype its kernel
+ran, without the casts' time), and the casts are listed as unmatched.
 
 A trace with no GPU work was recorded on the CPU: the op calls are the outermost mapped
 operators on each thread, timed by their span (``torch_profiler_trace_cpu_op``). Kernels
@@ -31,6 +34,7 @@ reason, so the rows and the unmatched list together account for every top-level 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import gzip
 import json
 import zlib
@@ -56,6 +60,9 @@ _RECORD_FIX = ("record with torch.profiler.profile(record_shapes=True) and expor
                "prof.export_chrome_trace(path) after the profiled region")
 #: Reason prefix of the time an unmapped operator spent outside its nested calls (CPU).
 _SELF_TIME = "self time outside its nested operator calls"
+#: Reason of work inside an autocast call outside the call it re-dispatches (the casts).
+_AUTOCAST = ("autocast's wrapper and input casts around the re-dispatched call (that call is "
+             "measured on its own, in the dtype its kernel ran)")
 #: Slack when nesting spans: the trace rounds times to 1 ns (0.001 µs).
 _EPS_US = 2e-3
 
@@ -223,6 +230,29 @@ class _Mapper:
             self.cache[i] = _call(self.ops[i], hints)
         return self.cache[i]
 
+    def redispatch(self, i: int) -> int | None:
+        """The call nested directly in mapped call ``i`` that runs the same operator on the
+        same shape again, or None. ``torch.autocast`` records a call twice: the outer one
+        with the caller's input types (fp32), holding the casts (``aten::to``) and the
+        inner call with the cast inputs (bf16), which runs the kernel."""
+        outer = self(i)
+        if not isinstance(outer, MappedOp):
+            return None
+        same = [j for j in self.ops[i].children if self.ops[j].name == self.ops[i].name
+                and isinstance(inner := self(j), MappedOp)
+                and dataclasses.replace(inner, dtype=outer.dtype) == outer]
+        return same[0] if len(same) == 1 else None
+
+    def owner(self, chain: Sequence[int]) -> int | None:
+        """The op call measured through ``chain`` (innermost first): its outermost mapped
+        operator, or the re-dispatched call inside that (see :meth:`redispatch`); None when
+        no operator maps, or when the chain leaves the call outside its re-dispatched call
+        (autocast's input casts)."""
+        i = next((i for i in reversed(chain) if isinstance(self(i), MappedOp)), None)
+        while i is not None and (j := self.redispatch(i)) is not None:
+            i = j if j in chain else None
+        return i
+
     def chain(self, i: int | None) -> list[int]:
         """Operators from ``i`` up to its thread's root, innermost first."""
         out: list[int] = []
@@ -349,11 +379,12 @@ def _cpu_units(ops: list[_Op], by_thread: dict[tuple[Any, Any], list[int]],
     def visit(i: int, context: str) -> None:
         op = ops[i]
         got = mapper(i)
-        if isinstance(got, MappedOp):
+        if isinstance(got, MappedOp) and mapper.redispatch(i) is None:
             units.append(Unit(op=got, measured_s=(op.end - op.start) * 1e-6,
                               source_op=op.name))
             return
-        reason = got if isinstance(got, str) else "perfmodel models no such operator"
+        reason = (got if isinstance(got, str) else _AUTOCAST if got is not None
+                  else "perfmodel models no such operator")
         if op.children:
             for j in op.children:
                 visit(j, op.name)
@@ -391,13 +422,16 @@ def _gpu_units(ops: list[_Op], events: Sequence[Mapping[str, Any]], gpu: list[in
                                        "operator (no External id, launch call or flow event "
                                        "links it)", dur))
             continue
-        owner = next((i for i in reversed(chain) if isinstance(mapper(i), MappedOp)), None)
+        owner = mapper.owner(chain)
         if owner is not None:
             calls[owner].append(k)
             continue
         reasons = [r for r in (mapper(i) for i in chain) if isinstance(r, str)]
         reason = reasons[0] if reasons else (
             f"perfmodel models no such operator ({ops[chain[0]].name})")
+        wrapper = next((i for i in chain if mapper.redispatch(i) is not None), None)
+        if wrapper is not None:
+            reason += f"; {_AUTOCAST}: {ops[wrapper].name}"
         family = kernel_family(kname)
         if family:
             reason += f"; the kernel's name looks like {family}"
@@ -412,8 +446,7 @@ def _gpu_units(ops: list[_Op], events: Sequence[Mapping[str, Any]], gpu: list[in
         units.append(Unit(op=op, measured_s=sum((_num(events[k].get("dur")) or 0.0)
                                                 for k in ks) * 1e-6,
                           source_op=ops[i].name, kernels=names))
-    idle = sum(1 for i in range(len(ops)) if isinstance(mapper(i), MappedOp)
-               and not any(isinstance(mapper(j), MappedOp) for j in mapper.chain(i)[1:])
+    idle = sum(1 for i in range(len(ops)) if mapper.owner(mapper.chain(i)) == i
                and i not in calls)
     notes = ([f"{idle} mapped operator call(s) launched no GPU kernel (they ran on the host "
               "or were views): not measured"] if idle else [])
