@@ -44,8 +44,8 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 # ------------------------------------------------------------------ a CPU trace, recorded here
 @pytest.fixture(scope="module")
 def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two GEMMs of different shapes, one causal SDPA call and a relu (no perfmodel op),
-    profiled on the CPU with record_shapes=True."""
+    """Two GEMMs of different shapes, one SDPA call (S_q != S_kv, no mask) and a relu (no
+    perfmodel op), profiled on the CPU with record_shapes=True."""
     torch = pytest.importorskip("torch")
     from torch.nn import functional
 
@@ -56,12 +56,12 @@ def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for _ in range(2):  # warm up, so the profiled calls are not first calls
         torch.mm(a, b)
         torch.matmul(x, w)
-        functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        functional.scaled_dot_product_attention(q, k, v)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 record_shapes=True) as prof:
         torch.mm(a, b)
         torch.matmul(x, w)
-        functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        functional.scaled_dot_product_attention(q, k, v)
         torch.relu(a)
     path = tmp_path_factory.mktemp("trace") / "cpu_trace.json"
     prof.export_chrome_trace(str(path))
@@ -79,7 +79,7 @@ def test_cpu_trace_maps_to_exactly_the_profiled_ops(cpu_trace: Path) -> None:
     # [2, 16, 96] @ [96, 48]: the two leading dims fold into m = 32
     assert (matmul.m, matmul.n, matmul.k, matmul.batch) == (32, 48, 96, 1)
     assert (sdpa.batch, sdpa.heads, sdpa.kv_heads, sdpa.seq_q, sdpa.seq_kv, sdpa.head_dim,
-            sdpa.causal, sdpa.dtype) == (1, 4, 4, 32, 40, 16, True, "fp32")
+            sdpa.causal, sdpa.dtype) == (1, 4, 4, 32, 40, 16, False, "fp32")
     assert [u.source_op for u in capture.units] == [
         "aten::mm", "aten::matmul", "aten::scaled_dot_product_attention"]
     assert all(u.measured_s > 0 for u in capture.units)
@@ -106,7 +106,7 @@ def test_import_writes_rows_in_the_shared_schema(cpu_trace: Path, tmp_path: Path
     assert [(r.op, r.m, r.n, r.k) for r in rows[:2]] == [("gemm", 64, 32, 128),
                                                         ("gemm", 32, 48, 96)]
     assert (rows[2].op, rows[2].heads, rows[2].seq_q, rows[2].seq_kv, rows[2].head_dim,
-            rows[2].causal) == ("attention", 4, 32, 40, 16, True)
+            rows[2].causal) == ("attention", 4, 32, 40, 16, False)
     assert {r.spec for r in rows} == {"cpu-local"}
     assert {r.timing for r in rows} == {TIMING_CPU}
     from perfmodel.calibrate.data import read_rows
@@ -718,3 +718,74 @@ def test_autocast_gpu_gemm_is_the_inner_calls_kernel(tmp_path: Path) -> None:
     assert "autocast" in cast.reason
     assert "converting copy" in cast.reason
     assert not capture.notes  # the outer call is not reported as launching nothing
+
+
+# ------------------------------------------------------------------ audit fixes: attention masks
+def test_top_left_causal_and_masks_are_not_mapped_to_other_work() -> None:
+    """torch's is_causal is a top-left mask; perfmodel's causal is bottom-right: equal only
+    when S_q == S_kv. Calls with a mask tensor have work perfmodel cannot know."""
+    q, kv = [1, 8, 128, 64], [1, 8, 1024, 64]
+    sdpa = "aten::scaled_dot_product_attention"
+    flags = ["", "", "", "", "0.", "True", "", "False"]
+    got = map_op(sdpa, [q, kv, kv, [], [], [], [], []], ["float"] * 3, flags)
+    assert isinstance(got, str)
+    assert "top-left" in got
+    assert "seq_q 128 != seq_kv 1024" in got
+    square = _op(sdpa, [q, q, q, [], [], [], [], []], concrete=flags)
+    assert square.causal  # top-left and bottom-right agree when S_q == S_kv
+    for mask in ([128, 1024], [1, 8, 128, 1024]):
+        got = map_op(sdpa, [q, kv, kv, mask, [], [], [], []], ["float"] * 3 + ["bool"],
+                     ["", "", "", "", "0.", "False", "", "False"])
+        assert isinstance(got, str)
+        assert "mask" in got
+        assert str(mask) in got
+        assert "bool" in got
+    # the CPU flash backend keeps the top-left meaning and takes its mask at index 5
+    cpu = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert "top-left" in str(map_op(cpu, [q, kv, kv, [], [], [], []], ["float"] * 3,
+                                    ["", "", "", "0.", "True", "", ""]))
+    assert "mask" in str(map_op(cpu, [q, kv, kv, [], [], [128, 1024], []], ["float"] * 3,
+                                ["", "", "", "0.", "False", "", ""]))
+    # _efficient_attention_forward ([B, S, H, D]): custom_mask_type 1 top-left, 2 bottom-right
+    eff = "aten::_efficient_attention_forward"
+    qs, kvs = [1, 128, 8, 64], [1, 1024, 8, 64]
+    dims: list[list[int]] = [qs, kvs, kvs] + [[]] * 8
+    top = map_op(eff, dims, ["c10::BFloat16"] * 3, [""] * 9 + ["1"])
+    assert "top-left" in str(top)
+    right = _op(eff, dims, ["c10::BFloat16"] * 3, [""] * 9 + ["2"])
+    assert (right.seq_q, right.seq_kv, right.causal) == (128, 1024, True)
+    assert not _op(eff, dims, ["c10::BFloat16"] * 3, [""] * 9 + ["0"]).causal
+
+
+def test_cpu_trace_with_top_left_causal_and_masks_writes_no_attention_row(
+        tmp_path: Path) -> None:
+    """The auditor's calls (is_causal with S_q 128 < S_kv 1024, causal_lower_right, an
+    explicit boolean mask), recorded on the CPU: none becomes an attention row, each is
+    listed with its reason, and their time is accounted for."""
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional
+    from torch.nn.attention.bias import causal_lower_right
+
+    q = torch.randn(1, 2, 16, 8)
+    k, v = torch.randn(1, 2, 64, 8), torch.randn(1, 2, 64, 8)
+    mask = torch.ones(16, 64, dtype=torch.bool).tril()
+    a = torch.randn(16, 16)
+
+    def run() -> None:
+        functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        functional.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(16, 64))
+        functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        torch.mm(a, a)
+
+    run()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        run()
+    path = tmp_path / "causal.json"
+    prof.export_chrome_trace(str(path))
+    capture = read_trace(path)
+    assert [u.op.op for u in capture.units] == ["gemm"]
+    reasons = [u.reason for u in capture.unmatched if "attention" in u.name]
+    assert any("top-left" in r for r in reasons), reasons
+    assert any("mask" in r and "[16, 64]" in r for r in reasons), reasons
+    assert capture.measured_s * 1e6 == pytest.approx(_top_level_us(path), abs=0.01)

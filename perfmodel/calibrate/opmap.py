@@ -13,7 +13,9 @@ aten::linear                                     gemm m = rows of x, k = x[-1], 
 aten::scaled_dot_product_attention and its       attention: q [B, H_q, S_q, D],
   backends (_scaled_dot_product_flash/            k [B, H_kv, S_kv, D]; is_causal from the
   efficient/cudnn/math..., _flash_attention_     recorded arguments; the kernel path from
-  forward with [B, S, H, D] layout)              the backend op or kernel names
+  forward with [B, S, H, D] layout)              the backend op or kernel names. Refused:
+                                                 a mask/bias tensor, and torch's top-left
+                                                 is_causal with S_q != S_kv
 aten::layer_norm, aten::native_layer_norm        layernorm m = rows, n = normalized size
 aten::rms_norm, aten::_fused_rms_norm            rmsnorm m = rows, n = normalized size
 aten::softmax, aten::_softmax, _safe_softmax     softmax m = rows, n = size of ``dim``
@@ -252,17 +254,25 @@ def _gemm(name: str, dims: Dims, concrete: Sequence[str]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- attention
-#: operator -> (index of is_causal among its arguments, layout of q/k/v)
-_ATTENTION: dict[str, tuple[int, str]] = {
-    "aten::scaled_dot_product_attention": (5, "bhsd"),
-    "aten::_scaled_dot_product_flash_attention": (4, "bhsd"),
-    "aten::_scaled_dot_product_flash_attention_for_cpu": (4, "bhsd"),
-    "aten::_scaled_dot_product_efficient_attention": (6, "bhsd"),
-    "aten::_scaled_dot_product_cudnn_attention": (6, "bhsd"),
-    "aten::_scaled_dot_product_attention_math": (5, "bhsd"),
-    "aten::_scaled_dot_product_fused_attention_overrideable": (5, "bhsd"),
-    "aten::_flash_attention_forward": (8, "bshd"),
-    "aten::_efficient_attention_forward": (9, "bshd"),
+#: operator -> (index of is_causal among its arguments, layout of q/k/v, index of its mask
+#: or bias tensor (None: it takes none), what is_causal means when S_q != S_kv). torch's
+#: ``is_causal`` is a top-left mask (query i sees keys j <= i; the documentation of
+#: ``scaled_dot_product_attention`` and ``torch.nn.attention.bias``), kept by the backends
+#: sdpa dispatches to (the CPU flash, mem-efficient: custom_mask_type 1, cuDNN, math). The
+#: CUDA flash ops run FlashAttention-2, whose causal mask is bottom-right (torch sends them no
+#: causal call with S_q != S_kv; ``causal_lower_right`` calls them directly).
+#: ``_efficient_attention_forward`` says which in its custom_mask_type: 1 top-left,
+#: 2 bottom-right.
+_ATTENTION: dict[str, tuple[int, str, int | None, str]] = {
+    "aten::scaled_dot_product_attention": (5, "bhsd", 3, "top-left"),
+    "aten::_scaled_dot_product_flash_attention": (4, "bhsd", None, "bottom-right"),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (4, "bhsd", 5, "top-left"),
+    "aten::_scaled_dot_product_efficient_attention": (6, "bhsd", 3, "top-left"),
+    "aten::_scaled_dot_product_cudnn_attention": (6, "bhsd", 3, "top-left"),
+    "aten::_scaled_dot_product_attention_math": (5, "bhsd", 3, "top-left"),
+    "aten::_scaled_dot_product_fused_attention_overrideable": (5, "bhsd", 3, "top-left"),
+    "aten::_flash_attention_forward": (8, "bshd", None, "bottom-right"),
+    "aten::_efficient_attention_forward": (9, "bshd", 3, "mask type"),
 }
 
 #: backend operator or kernel-name pattern -> impl text (read by validation.kernel_path)
@@ -293,17 +303,35 @@ def _attention_impl(name: str, hints: Sequence[str]) -> str:
     return "sdpa"
 
 
-def _attention(name: str, dims: Dims, concrete: Sequence[str],
+def _attention(name: str, dims: Dims, types: Sequence[str], concrete: Sequence[str],
                hints: Sequence[str]) -> dict[str, Any]:
-    causal_at, layout = _ATTENTION[name]
+    """Attention fields of one call. Refuses (:class:`_SkipError`) a call with a mask or
+    bias tensor (perfmodel's attention has no arbitrary mask), and a top-left causal call
+    with S_q != S_kv (perfmodel's causal is bottom-right, aligned to the end of the keys;
+    the two are the same mask only when S_q == S_kv)."""
+    causal_at, layout, mask_at, alignment = _ATTENTION[name]
     q, k, v = (_tensor(dims, i, (3, 4), w) for i, w in enumerate(("query", "key", "value")))
     if layout == "bshd":
         q, k, v = ([t[0], t[2], t[1], t[3]] if len(t) == 4 else t for t in (q, k, v))
     q4, k4 = ([1, *t] if len(t) == 3 else t for t in (q, k))
     if q4[0] != k4[0] or q4[3] != k4[3] or k4[2] != v[-2]:
         raise _SkipError(f"query {q}, key {k} and value {v} do not agree")
+    if mask_at is not None and mask_at < len(dims) and dims[mask_at]:
+        kind = types[mask_at] if mask_at < len(types) and types[mask_at] else "tensor"
+        raise _SkipError(f"an explicit attention mask/bias {list(dims[mask_at])} ({kind}): "
+                         "perfmodel's attention models no mask but causal, so the work "
+                         "this mask leaves is not known")
     flag = _concrete(concrete, causal_at).lower()
-    causal = flag in ("true", "1", "2")  # _efficient_attention_forward: mask type 1 or 2
+    if alignment == "mask type":  # _efficient_attention_forward's custom_mask_type
+        causal = flag in ("1", "2")
+        alignment = "top-left" if flag == "1" else "bottom-right"
+    else:
+        causal = flag in ("true", "1")
+    if causal and alignment == "top-left" and q4[2] != k4[2]:
+        raise _SkipError(f"is_causal with seq_q {q4[2]} != seq_kv {k4[2]} is torch's top-left "
+                         "causal mask (query i sees keys j <= i); perfmodel's causal is "
+                         "bottom-right (aligned to the end of the keys): other work, which it "
+                         "cannot express")
     note = f"value_dim={v[-1]}" if v[-1] != q4[3] else ""
     return {"op": "attention", "batch": q4[0], "heads": q4[1], "kv_heads": k4[1],
             "seq_q": q4[2], "seq_kv": k4[2], "head_dim": q4[3], "causal": causal,
@@ -387,7 +415,7 @@ def map_op(name: str, dims: Dims, types: Sequence[str] = (), concrete: Sequence[
         if name in _GEMMS:
             fields = _gemm(name, dims, concrete)
         elif name in _ATTENTION:
-            fields = _attention(name, dims, concrete, hints)
+            fields = _attention(name, dims, types, concrete, hints)
         else:
             what = _STREAMS[name]
             if what in ("layernorm", "rmsnorm"):
