@@ -789,3 +789,35 @@ def test_cpu_trace_with_top_left_causal_and_masks_writes_no_attention_row(
     assert any("top-left" in r for r in reasons), reasons
     assert any("mask" in r and "[16, 64]" in r for r in reasons), reasons
     assert capture.measured_s * 1e6 == pytest.approx(_top_level_us(path), abs=0.01)
+
+
+# ------------------------------------------------------------------ audit fixes: memcpy
+def test_host_device_memcpy_is_a_transfer_not_a_copy(tmp_path: Path) -> None:
+    """aten::copy_ of a host tensor to the GPU runs a 'Memcpy HtoD' activity: listed as a
+    transfer, not imported as an on-device copy; a DtoD memcpy still is a copy."""
+    def op(name: str, ts: float, ext: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": 20, "args": {"External id": ext, "Input Dims": [[1024, 1024]] * 2
+                                    + [[]], "Input type": ["float", "float", "Scalar"]}}
+
+    def memcpy(name: str, ts: float, dur: float, ext: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": 0, "tid": 7, "ts": ts,
+                "dur": dur, "args": {"device": 0, "stream": 7, "External id": ext}}
+
+    events = [op("aten::copy_", 0, 1), op("aten::copy_", 100, 2), op("aten::copy_", 200, 3),
+              memcpy("Memcpy HtoD (Pageable -> Device)", 5, 400.0, 1),
+              memcpy("Memcpy DtoH (Device -> Pinned)", 500, 300.0, 2),
+              memcpy("Memcpy DtoD (Device -> Device)", 900, 6.0, 3)]
+    doc = {"schemaVersion": 1, "traceEvents": events,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
+                                 "computeMajor": 9, "computeMinor": 0}]}
+    path = tmp_path / "memcpy.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    capture = read_trace(path)
+    (dtod,) = capture.units
+    assert (dtod.op.op, dtod.op.m, dtod.measured_s) == ("copy", 1024 * 1024,
+                                                        pytest.approx(6e-6))
+    assert [u.name.split()[1] for u in capture.unmatched] == ["HtoD", "DtoH"]
+    assert all("host-device transfer, not a device kernel" in u.reason
+               for u in capture.unmatched)
+    assert [u.measured_s for u in capture.unmatched] == pytest.approx([400e-6, 300e-6])

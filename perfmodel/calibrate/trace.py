@@ -21,7 +21,9 @@ operator on that chain which maps to a perfmodel op (:func:`perfmodel.calibrate.
 its kernels (timing code ``torch_profiler_trace_kernel_sum``). Under ``torch.autocast`` a call
 is recorded twice, the outer one with the caller's input types around the casts and the
 inner one with the cast inputs: the inner call is the one measured (the dtype its kernel
-ran, without the casts' time), and the casts are listed as unmatched.
+ran, without the casts' time), and the casts are listed as unmatched. Host-device and
+peer-to-peer memcpy events (``aten::copy_`` of a tensor to or from the host) are listed
+as unmatched: they are transfers, not work on the GPU perfmodel's copy models.
 
 A trace with no GPU work was recorded on the CPU: the op calls are the outermost mapped
 operators on each thread, timed by their span (``torch_profiler_trace_cpu_op``). Kernels
@@ -37,6 +39,7 @@ import bisect
 import dataclasses
 import gzip
 import json
+import re
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -63,6 +66,10 @@ _SELF_TIME = "self time outside its nested operator calls"
 #: Reason of work inside an autocast call outside the call it re-dispatches (the casts).
 _AUTOCAST = ("autocast's wrapper and input casts around the re-dispatched call (that call is "
              "measured on its own, in the dtype its kernel ran)")
+#: GPU activity that moves bytes across the host link or between GPUs (Kineto names memcpy
+#: events ``Memcpy HtoD (Pageable -> Device)``, ``Memcpy DtoH ...``, ``Memcpy PtoP ...``);
+#: ``Memcpy DtoD`` stays within one GPU.
+_TRANSFER = re.compile(r"Memcpy (HtoD|DtoH|HtoH|PtoP|HtoA|AtoH)\b")
 #: Slack when nesting spans: the trace rounds times to 1 ns (0.001 µs).
 _EPS_US = 2e-3
 
@@ -417,6 +424,14 @@ def _gpu_units(ops: list[_Op], events: Sequence[Mapping[str, Any]], gpu: list[in
         kname = str(e.get("name", ""))
         dur = (_num(e.get("dur")) or 0.0) * 1e-6
         chain = mapper.chain(link[k])
+        transfer = _TRANSFER.match(kname)
+        if transfer:
+            where = "between two GPUs" if transfer.group(1) == "PtoP" else "host-device"
+            unmatched.append(Unmatched(
+                kname, "kernel", f"a {where} transfer, not a device kernel: perfmodel's "
+                "copy moves bytes within one GPU's memory", dur,
+                " < ".join(ops[i].name for i in chain[:3])))
+            continue
         if not chain:
             unmatched.append(Unmatched(kname, "kernel", "launched outside any recorded "
                                        "operator (no External id, launch call or flow event "
