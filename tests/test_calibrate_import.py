@@ -821,3 +821,59 @@ def test_host_device_memcpy_is_a_transfer_not_a_copy(tmp_path: Path) -> None:
     assert all("host-device transfer, not a device kernel" in u.reason
                for u in capture.unmatched)
     assert [u.measured_s for u in capture.unmatched] == pytest.approx([400e-6, 300e-6])
+
+
+# ------------------------------------------------------------------ audit fixes: ncu launch IDs
+def test_ncu_repeated_launch_ids_stay_separate_launches(tmp_path: Path) -> None:
+    """Launch IDs restart in an export of two processes: each line of the raw page is its
+    own launch, with its own name, ranges and time (a repeated ID took the first line's
+    kernel and ranges and the last line's metrics)."""
+    lines = _ncu_lines()
+    assert lines[-1].startswith('"2",')
+    lines[-1] = '"0",' + lines[-1][4:]  # the fill kernel's launch reuses ID 0
+    path = tmp_path / "dup.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    capture = read_ncu(path)
+    gemm, attn = capture.units
+    assert gemm.source_op == "aten::linear"
+    assert gemm.measured_s == pytest.approx(196_416e-9)
+    assert attn.measured_s == pytest.approx(812_288e-9)
+    (fill,) = capture.unmatched
+    assert "FillFunctor" in fill.name
+    assert fill.measured_s == pytest.approx(18_912e-9)
+    assert fill.context.startswith("ID 0, line ")
+    assert any("launch ID 0 appears 2 times" in n for n in capture.notes)
+
+
+def test_ncu_details_page_with_a_repeated_launch_id(tmp_path: Path) -> None:
+    """The details page: lines of one launch share ID and kernel; the same ID again with
+    another kernel, or with a metric already read, starts another launch."""
+    head = ('"ID","Kernel Name","CC","Section Name","Metric Name","Metric Unit",'
+            '"Metric Value"')
+    sol = '"GPU Speed Of Light Throughput"'
+    lines = [head]
+    for kernel, us in (("ampere_bf16_s16816gemm_bf16_128x128_nn", "10.00"),
+                       ("ampere_bf16_s16816gemm_bf16_128x128_nn", "20.00"),
+                       ("void at::native::FillFunctor<float>", "30.00")):
+        lines += [f'"0","{kernel}","8.0",{sol},"Duration","usecond","{us}"',
+                  f'"0","{kernel}","8.0",{sol},"Compute (SM) Throughput","%","50"']
+    path = tmp_path / "details_dup.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    capture = read_ncu(path)
+    assert [u.measured_s for u in capture.unmatched] == pytest.approx([10e-6, 20e-6, 30e-6])
+
+
+def test_ncu_two_exports_appended_are_refused_by_line(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A second header inside the file is two exports appended, not several GPUs."""
+    lines = _ncu_lines()
+    path = tmp_path / "appended.csv"
+    path.write_text("\n".join(lines + lines) + "\n", encoding="utf-8")
+    code, _, err = _run(["calibrate", "import", str(path), "--out", str(tmp_path / "o.csv")],
+                        capsys)
+    assert code == 2
+    assert f"{path}:{len(lines) + 1}: the header line repeats" in err, err
+    assert "two exports appended" in err
+    assert "several GPUs" not in err
+    assert "fix:" in err
+    assert not (tmp_path / "o.csv").exists()

@@ -136,7 +136,8 @@ def _nvtx_column(header: Sequence[str]) -> int | None:
     return next((i for i, h in enumerate(header) if "Push/Pop_Range" in h), None)
 
 
-def _launches(path: str | Path) -> tuple[str, list[NcuLaunch]]:
+def _launches(path: str | Path) -> tuple[str, list[NcuLaunch], list[str]]:
+    """(file name, the launches in file order, notes on how they were read)."""
     name, records, first = _lines(path)
     header = [h.strip() for h in records[0]]
     col = {h: i for i, h in enumerate(header)}
@@ -149,36 +150,51 @@ def _launches(path: str | Path) -> tuple[str, list[NcuLaunch]]:
     units: list[str] = [""] * len(header)
     if not long and body and not body[0][col["ID"]].strip():
         units, body = body[0], body[1:]
-    metrics: dict[str, dict[str, list[tuple[str, str]]]] = {}
-    meta: dict[str, list[str]] = {}
-    order: list[str] = []
+    # One launch per line of the raw page; on the details page, one per run of lines with
+    # the same ID and kernel in which no (section, metric, unit) repeats. A repeated ID (two
+    # processes, IDs restarting) is a launch of its own, never merged with the first.
+    metrics: list[dict[str, list[tuple[str, str]]]] = []
+    meta: list[list[str]] = []
+    seen: set[tuple[str, ...]] = set()
+    lines_of: dict[str, list[int]] = {}
+    kname = col["Kernel Name"]
     for offset, row in enumerate(body, start=first + (1 if long else 2)):
         if not any(cell.strip() for cell in row):
             continue
         if row and row[0].startswith("=="):  # ==PROF==, ==WARNING== lines of ncu
             continue
+        if row[0].strip() == "ID":  # a header line starts with "ID", as _lines finds it
+            raise PerfmodelError(f"{name}:{offset}", f"the header line repeats here (first on "
+                                 f"line {first}): two exports appended into one file",
+                                 "import each export on its own (split the file at this line)")
         if len(row) != len(header):
             raise PerfmodelError(f"{name}:{offset}", f"{len(row)} fields where the header has "
                                  f"{len(header)} (a truncated or corrupt export)", _EXPORT_FIX)
         kid = row[col["ID"]].strip() if "ID" in col else str(offset)
-        if kid not in meta:
-            meta[kid] = [*row, str(offset)]
-            order.append(kid)
-            metrics[kid] = {}
+        metric: tuple[str, ...] = ()
         if long:
-            unit = row[col["Metric Unit"]].strip() if "Metric Unit" in col else ""
-            metrics[kid].setdefault(row[col["Metric Name"]].strip(), []).append(
-                (row[col["Metric Value"]], unit))
+            metric = tuple(row[col[h]].strip() if h in col else ""
+                           for h in ("Section Name", "Metric Name", "Metric Unit"))
+        last = meta[-1] if meta else None
+        same = (long and last is not None and last[kname] == row[kname]
+                and ("ID" not in col or last[col["ID"]].strip() == kid) and metric not in seen)
+        if not same:
+            meta.append([*row, str(offset)])
+            metrics.append({})
+            seen = set()
+            lines_of.setdefault(kid, []).append(offset)
+        seen.add(metric)
+        if long:
+            metrics[-1].setdefault(metric[1], []).append((row[col["Metric Value"]], metric[2]))
         else:
             for h, i in col.items():
-                metrics[kid][h] = [(row[i], units[i].strip() if i < len(units) else "")]
-    if not order:
+                metrics[-1][h] = [(row[i], units[i].strip() if i < len(units) else "")]
+    if not meta:
         raise PerfmodelError(name, "an empty export: the table has a header but no kernel "
                              "rows", "profile at least one kernel, then export again")
     out = []
-    for kid in order:
-        m = metrics[kid]
-        row = meta[kid]
+    for m, row in zip(metrics, meta, strict=True):
+        kid = row[col["ID"]].strip() if "ID" in col else row[-1]
 
         def get(names: Sequence[str], unit: str | None = None,
                 m: Mapping[str, list[tuple[str, str]]] = m) -> tuple[float | None, str]:
@@ -207,7 +223,12 @@ def _launches(path: str | Path) -> tuple[str, list[NcuLaunch]]:
         raise PerfmodelError(name, "no kernel duration in the export (metric "
                              "gpu__time_duration.sum, or 'Duration' of the SpeedOfLight "
                              "section)", _EXPORT_FIX)
-    return name, out
+    repeats = {k: v for k, v in lines_of.items() if len(v) > 1}
+    notes = [f"launch ID {k} appears {len(v)} times (lines {', '.join(map(str, v))}): each "
+             "read as a launch of its own" for k, v in list(repeats.items())[:5]]
+    if len(repeats) > 5:
+        notes.append(f"... and {len(repeats) - 5} more repeated launch IDs")
+    return name, out, notes
 
 
 _OPNAME = re.compile(r"[A-Za-z_][\w.]*::[A-Za-z_][\w.]*")
@@ -284,9 +305,11 @@ def read_ncu(path: str | Path, *, dtype: str | None = None, causal: bool = False
     ``dtype`` overrides the dtype read from kernel names; ``causal`` says the exported
     attention calls were causal (an export does not record it). Raises
     :class:`PerfmodelError` naming the file (and line) for a missing, empty, binary,
-    truncated or headerless file, or one without kernel durations.
+    truncated or headerless file, one without kernel durations, and one holding two exports
+    appended (the header line repeats). A launch ID that repeats (two processes, IDs
+    restarting) is read as a launch of its own, with a note.
     """
-    name, launches = _launches(path)
+    name, launches, notes = _launches(path)
     device = _device(name, launches)
     groups: list[tuple[str, MappedOp | str | None, str, list[NcuLaunch]]] = []
     for launch in launches:
@@ -321,8 +344,8 @@ def read_ncu(path: str | Path, *, dtype: str | None = None, causal: bool = False
             groups.append((call[0], call[1], call[2], [launch]))
     units: list[Unit] = []
     unmatched: list[Unmatched] = []
-    notes: list[str] = []
     untimed = 0
+    ids = [x.id for x in launches]
     for opname, got, _text, members in groups:
         timed = [x for x in members if x.duration_s is not None]
         untimed += len(members) - len(timed)
@@ -341,7 +364,9 @@ def read_ncu(path: str | Path, *, dtype: str | None = None, causal: bool = False
             if family:
                 reason += f"; the kernel's name looks like {family}"
             unmatched.append(Unmatched(x.kernel, "kernel", reason, x.duration_s or 0.0,
-                                       context=f"ID {x.id}", sm_pct=x.sm_pct,
+                                       context=f"ID {x.id}" + (
+                                           f", line {x.line}" if ids.count(x.id) > 1 else ""),
+                                       sm_pct=x.sm_pct,
                                        memory_pct=x.memory_pct, dram_pct=x.dram_pct))
     if untimed:
         notes.append(f"{untimed} launch(es) without a duration value were left out")
