@@ -484,7 +484,8 @@ def test_gemm_shapes() -> None:
     m = _op("aten::linear", [[2, 7, 16], [24, 16], []])
     assert (m.m, m.k, m.n, m.bias) == (14, 16, 24, False)
     m = _op("aten::baddbmm", [[4, 8, 2], [4, 8, 3], [4, 3, 2]])
-    assert (m.batch, m.m, m.k, m.n) == (4, 8, 3, 2)
+    assert (m.batch, m.m, m.k, m.n, m.bias) == (4, 8, 3, 2, True)  # adds input, as addmm
+    assert not _op("aten::bmm", [[4, 8, 3], [4, 3, 2]]).bias
     m = _op("aten::addmm", [[2], [8, 3], [3, 2]], ["c10::Half"] * 3)
     assert (m.m, m.k, m.n, m.bias, m.dtype) == (8, 3, 2, True, "fp16")
     assert "matrix-vector" in str(map_op("aten::matmul", [[8, 16], [16]], ["float"] * 2))

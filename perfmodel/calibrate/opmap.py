@@ -7,6 +7,7 @@ operator                                         perfmodel op (measurement schem
 aten::mm, aten::_scaled_mm                       gemm m=A[0], k=A[1], n=B[1]
 aten::addmm                                      gemm with bias (input, A, B)
 aten::bmm / aten::baddbmm                        gemm batch=A[0], m=A[1], k=A[2], n=B[2]
+                                                 (baddbmm with bias, as addmm)
 aten::matmul                                     gemm; leading dims of A fold into m when
                                                  B is 2-D, broadcast into batch otherwise
 aten::linear                                     gemm m = rows of x, k = x[-1], n = W[0]
@@ -226,7 +227,8 @@ def _gemm(name: str, dims: Dims, concrete: Sequence[str]) -> dict[str, Any]:
         a, b = _tensor(dims, off, 3, "A"), _tensor(dims, off + 1, 3, "B")
         if a[0] != b[0]:
             raise _SkipError(f"batch sizes differ: {a} x {b}")
-        batch, m, k, n, kb, bias = a[0], a[1], a[2], b[2], b[1], False
+        # baddbmm adds its input (beta·input + A·B), as addmm does
+        batch, m, k, n, kb, bias = a[0], a[1], a[2], b[2], b[1], op == "baddbmm"
     elif op == "linear":
         x, w = _tensor(dims, 0, (), "input"), _tensor(dims, 1, 2, "weight")
         bias = len(dims) > 2 and bool(dims[2])
