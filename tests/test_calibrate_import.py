@@ -878,3 +878,26 @@ def test_ncu_two_exports_appended_are_refused_by_line(tmp_path: Path,
     assert "several GPUs" not in err
     assert "fix:" in err
     assert not (tmp_path / "o.csv").exists()
+
+
+def test_assumed_softmax_dim_and_norm_width_are_noted(tmp_path: Path) -> None:
+    """An Nsight export records no non-tensor arguments: softmax's dim and a norm's
+    normalized_shape are then taken as the last dim, and the row says so."""
+    s = _op("aten::softmax", [[2, 3, 10], [], []])
+    assert (s.m, s.n, s.note) == (6, 10, "dim=assumed-last")
+    assert _op("aten::softmax", [[2, 3, 10], [], []], concrete=["", "-1", ""]).note == ""
+    n = _op("aten::layer_norm", [[4, 6, 8], [], [8], [8], [], []])
+    assert (n.m, n.n, n.note) == (24, 8, "width=assumed-last-dim")
+    assert _op("aten::layer_norm", [[4, 6, 8], [], [8], [8], [], []],
+               concrete=["", "[8]"]).note == ""
+    assert _op("aten::rms_norm", [[4, 8], [], [8], []]).note == "width=assumed-last-dim"
+    rng = '""<default domain>:aten::softmax, seq = 0, op_id = 1, sizes = [[128, 128], [], []]""'
+    path = tmp_path / "softmax.csv"
+    path.write_text('"ID","Kernel Name","CC","thread Domain:Push/Pop_Range",'
+                    '"gpu__time_duration.sum"\n"","","","","usecond"\n'
+                    f'"0","void softmax_warp_forward<c10::BFloat16>","9.0","{rng}","7.0"\n',
+                    encoding="utf-8")
+    capture = read_ncu(path)
+    (row,) = measurement_rows(capture, group_calls(capture), "h100-sxm")
+    assert (row["op"], row["m"], row["n"]) == ("softmax", 128, 128)
+    assert "dim=assumed-last" in str(row["notes"])

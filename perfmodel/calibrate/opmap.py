@@ -342,21 +342,27 @@ def _attention(name: str, dims: Dims, types: Sequence[str], concrete: Sequence[s
 
 # ----------------------------------------------------------------------------- streaming
 def _normalized(dims: Dims, concrete: Sequence[str], what: str) -> dict[str, Any]:
+    """Rows and width of a norm: the width is its recorded normalized_shape; without one (an
+    Nsight export records no non-tensor arguments) the last dim, noted as assumed."""
     x = _tensor(dims, 0, (), "input")
     shape = _int_list(_concrete(concrete, 1))
     width = _numel(shape) if shape else x[-1]
     m, n = _rows_width(x, width)
-    return {"op": what, "m": m, "n": n}
+    return {"op": what, "m": m, "n": n,
+            "note": "" if shape else "width=assumed-last-dim"}
 
 
 def _softmax(dims: Dims, concrete: Sequence[str]) -> dict[str, Any]:
+    """Rows and width of a softmax over its recorded ``dim``; without one (an Nsight export
+    records no non-tensor arguments) the last dim, noted as assumed."""
     x = _tensor(dims, 0, (), "input")
     text = _concrete(concrete, 1)
-    dim = int(text) if re.fullmatch(r"-?\d+", text) else -1
+    recorded = re.fullmatch(r"-?\d+", text) is not None
+    dim = int(text) if recorded else -1
     if not -len(x) <= dim < len(x):
         raise _SkipError(f"dim {dim} out of range for {x}")
     m, n = _rows_width(x, x[dim])
-    return {"op": "softmax", "m": m, "n": n}
+    return {"op": "softmax", "m": m, "n": n, "note": "" if recorded else "dim=assumed-last"}
 
 
 def _activation(dims: Dims, what: str) -> dict[str, Any]:
