@@ -902,3 +902,34 @@ def test_assumed_softmax_dim_and_norm_width_are_noted(tmp_path: Path) -> None:
     (row,) = measurement_rows(capture, group_calls(capture), "h100-sxm")
     assert (row["op"], row["m"], row["n"]) == ("softmax", 128, 128)
     assert "dim=assumed-last" in str(row["notes"])
+
+
+def test_ops_timed_at_zero_are_not_written_and_a_failed_import_names_the_largest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a call below the trace's timer resolution (dur 0) was written as measured_us=0, which
+    # validate and calibrate fit then refuse
+    def op(name: str, ts: float, dur: float, dims: list[list[int]]) -> dict[str, Any]:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts,
+                "dur": dur, "args": {"Input Dims": dims, "Input type": ["float"]}}
+
+    doc = {"traceEvents": [op("aten::silu", 0, 10.0, [[32, 64]]),
+                           op("aten::silu", 20, 0.0, [[8, 8]])], "deviceProperties": []}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "t.csv"
+    code, _, err = _run(["calibrate", "import", str(path), "--out", str(out), "--gpu",
+                         "cpu-local"], capsys)
+    assert code == 0, err
+    assert "timed at 0 s" in err
+    from perfmodel.measurements import read_measurements
+
+    assert [r.op for r in read_measurements(out, strict=True).rows] == ["silu"]
+    # nothing maps: the error names the largest unmatched call, not the first
+    doc = {"traceEvents": [op("aten::frobnicate", 0, 1.0, [[4]]),
+                           op("aten::big_unknown_op", 10, 500.0, [[4]])],
+           "deviceProperties": []}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    code, _, err = _run(["calibrate", "import", str(path), "--out", str(tmp_path / "u.csv"),
+                         "--gpu", "cpu-local"], capsys)
+    assert code != 0
+    assert "big_unknown_op" in err

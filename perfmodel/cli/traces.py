@@ -196,10 +196,20 @@ def import_cmd(args: argparse.Namespace) -> int:
     check_output(args.out, "--out", (args.file, args.gpu))  # before reading the trace
     capture, hw, notes = _load(args)
     groups = group_calls(capture)
+    # a group timed at 0 s (below the trace's timer resolution) is no measurement: a row of
+    # 0 µs would be refused by every later step
+    zero = [g for g in groups if not g.measured_s > 0.0]
+    groups = [g for g in groups if g.measured_s > 0.0]
+    if zero:
+        notes = [*notes, f"{len(zero)} op(s) timed at 0 s (below the trace's timer "
+                 "resolution) not written: " + ", ".join(g.op.describe() for g in zero[:3])
+                 + (", ..." if len(zero) > 3 else "")]
     if not groups:
-        first = capture.unmatched[0].reason if capture.unmatched else "nothing was timed"
+        top = max(capture.unmatched, key=lambda u: u.measured_s, default=None)
+        why = (f"the largest unmatched: {_short(top.name, 60)}, {top.reason}" if top
+               else "every op mapped was timed at 0 s" if zero else "nothing was timed")
         raise PerfmodelError(capture.path, f"no launch maps to a perfmodel op with shapes "
-                             f"({first})", "nothing was written; see 'perfmodel explain-trace' "
+                             f"({why})", "nothing was written; see 'perfmodel explain-trace' "
                              "for the measured kernels")
     spec_id = hw.id if hw is not None else spec_id_of(capture)
     rows = measurement_rows(capture, groups, spec_id)
