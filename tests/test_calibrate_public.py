@@ -259,3 +259,14 @@ def test_public_evaluation_leaves_out_rows_faster_than_the_datasheet(tmp_path: P
     assert any(f"{len(too_fast)} row(s) measured faster than the datasheet" in why
                for _, why in skipped)
     assert sum(e.n for e in evals) == len(rows) - len(too_fast)
+
+
+def test_groups_below_min_rows_are_listed_not_dropped(tmp_path: Path) -> None:
+    # a group with fewer rows than --min-rows was left out of the tables without a word
+    from perfmodel.calibrate.public import evaluate_public
+
+    _engine_csv(tmp_path / "e.csv")
+    evals, skipped = evaluate_public([tmp_path / "e.csv"], min_rows=10**6, max_fit_rows=20,
+                                     extrapolation=False, residual=False, params="basic")
+    assert evals == []
+    assert any("fewer than --min-rows 1000000" in why for _, why in skipped)

@@ -460,6 +460,8 @@ def evaluate_public(paths: Iterable[str | Path], *, max_fit_rows: int = 30, min_
     for key in sorted(groups):
         rows = groups[key]
         if len(rows) < min_rows:
+            skipped.append((group_label(rows[0]), f"{len(rows)} row(s), fewer than "
+                            f"--min-rows {min_rows}: not evaluated"))
             continue
         name = group_label(rows[0])
         tasks.append((rows, max_fit_rows, residual, "shapes", params, pick, method))
