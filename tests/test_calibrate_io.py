@@ -311,3 +311,24 @@ def test_fit_warns_of_parameters_at_a_bound_or_faster_than_the_spec() -> None:
     assert "bound" in got[0]
     assert "above 1" in got[1]
     assert "no rows" in got[2]
+
+
+def test_fit_refuses_to_overwrite_the_spec_the_run_measured(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `calibrate run` writes the measured spec beside its CSV; a fit given another --gpu
+    # and that file as --out overwrote it
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "m.csv").write_text("spec,op,dtype,m,n,k,measured_us\n" + "".join(
+        f"cpu-local,gemm,fp32,{s},{s},{s},{s ** 3 / 2e4:.3f}\n" for s in (64, 128, 256, 512)))
+    measured = run / "m.cpu-local.yaml"
+    measured.write_text("extends: cpu-local\nid: my-cpu\nname: measured\n")
+    (run / "m.csv.env.json").write_text(json.dumps({"spec_path": str(measured)}))
+    before = measured.read_text()
+    code = main(["calibrate", "fit", str(run / "m.csv"), "--gpu", "cpu-local", "--out",
+                 str(measured)])
+    assert code != 0
+    assert "is the input file" in capsys.readouterr().err
+    assert measured.read_text() == before

@@ -387,7 +387,11 @@ def fit_cmd(args: argparse.Namespace) -> int:
     check_output(args.out, "--out", (args.csv, csv_path.with_name(csv_path.name + ".env.json"),
                                      args.gpu if args.gpu and Path(args.gpu).is_file() else None))
     data, hw, spec_path, rows = _load(args)
-    check_output(args.out, "--out", (spec_path,))
+    # the spec the run measured (recorded beside the CSV) is an input too, even when
+    # --gpu names another: overwriting it would lose the run's device figures
+    recorded = str(_sidecar(csv_path).get("spec_path") or "")
+    run_specs = (recorded, str(csv_path.with_name(Path(recorded).name))) if recorded else ()
+    check_output(args.out, "--out", (spec_path, *run_specs))
     env = _environment(Path(args.csv), rows)
     if args.method == "parts":
         from perfmodel.calibrate.fit import Selection
