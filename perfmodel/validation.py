@@ -38,6 +38,7 @@ from perfmodel.ops.elementwise import Activation, Elementwise, Norm, Softmax
 from perfmodel.ops.gemm import Gemm
 from perfmodel.ops.registry import ROW_OPS, STREAM_ROW_OPS, RowOp
 from perfmodel.timing import predict
+from perfmodel.timing.comm_params import SOURCES as COMM_SOURCES
 from perfmodel.timing.constants import Constants, bundled_constants
 from perfmodel.timing.context import L2State, Launch, RunContext
 from perfmodel.timing.prediction import Prediction
@@ -710,10 +711,13 @@ def _spec_id(written: str, ids: dict[str, str]) -> str:
 
 def in_sample(group: GroupResult, constants: Constants | None = None) -> bool:
     """Whether constants the group's predictions use were fitted on rows of its source:
-    the model-constant table's datasets (:attr:`Constants.datasets`) or figures of its
-    device's spec fitted on that source."""
+    the model-constant table's datasets (:attr:`Constants.datasets`), the all-reduce
+    model's (:data:`perfmodel.timing.comm_params.SOURCES`) or figures of its device's spec
+    fitted on that source."""
     consts = constants if constants is not None else bundled_constants()
     if group.source in consts.datasets:
+        return True
+    if group.op == "allreduce" and group.source in COMM_SOURCES:
         return True
     try:
         spec = load_hardware(group.spec)

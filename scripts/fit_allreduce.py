@@ -51,6 +51,7 @@ class Group:
     numel: np.ndarray
     gpus: np.ndarray
     measured: np.ndarray
+    sources: tuple[str, ...] = ()
 
 
 def load(data: Path) -> list[Group]:
@@ -63,7 +64,8 @@ def load(data: Path) -> list[Group]:
             by[(r.spec, r.dtype)].append(r)
     return [Group(load_hardware(s), d, np.array([r.m for r in g], dtype=float),
                   np.array([r.n for r in g], dtype=float),
-                  np.array([r.measured_s for r in g], dtype=float))
+                  np.array([r.measured_s for r in g], dtype=float),
+                  tuple(sorted({r.source for r in g})))
             for (s, d), g in sorted(by.items())]
 
 
@@ -111,7 +113,7 @@ def table(groups: list[Group], preds: list[np.ndarray]) -> dict[tuple[str, int],
     return {k: float(np.median(v)) for k, v in sorted(ape.items())}
 
 
-def write(p: CommParams, path: Path) -> None:
+def write(p: CommParams, path: Path, sources: tuple[str, ...]) -> None:
     lines = [
         '"""Fitted constants of the NCCL all-reduce model (:mod:`perfmodel.timing.comm`).',
         "",
@@ -128,6 +130,10 @@ def write(p: CommParams, path: Path) -> None:
     scale = ", ".join(f'"{a}": {v:.4g}' for a, v in sorted(p.arch_latency_scale.items()))
     lines.append(f'    "arch_latency_scale": {{{scale}}},')
     lines.append("}")
+    lines.append("#: The ``source`` values of the rows fitted (validate marks their groups in "
+                 "sample).")
+    lines.append("SOURCES: tuple[str, ...] = (" + ", ".join(f'"{x}"' for x in sources)
+                 + ("," if len(sources) == 1 else "") + ")")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nworst cell in sample {worst:.1%}; leave-one-GPU-out median of cells "
           f"{np.median(list(held.values())):.1%}, worst {max(held.values()):.1%}")
     if args.write:
-        write(full, OUT)
+        write(full, OUT, tuple(sorted({x for g in groups for x in g.sources})))
         print(f"wrote {OUT.relative_to(ROOT)}")
     return 0
 

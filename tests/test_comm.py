@@ -135,3 +135,36 @@ def test_validate_meets_the_target_per_gpu_and_gpu_count() -> None:
         for n in (2, 4, 8):
             ape = np.abs(pred[gpus == n] - meas[gpus == n]) / meas[gpus == n]
             assert np.median(ape) <= 0.15, (path.name, n, np.median(ape))
+
+
+@pytest.mark.skipif(not COMM.is_dir(), reason="needs ../shared/data/measurements/aic/comm")
+def test_validate_marks_the_fitted_all_reduce_rows_in_sample() -> None:
+    # the all-reduce constants were fitted on these rows (comm_params: fitted: aic/comm);
+    # validate's FIT column said 'out' for every group
+    from perfmodel.validation import in_sample
+
+    report = validate(read_measurements(COMM / "h100_sxm_nccl_allreduce.csv"))
+    assert report.groups
+    assert all(in_sample(g) for g in report.groups)
+
+
+def test_fit_script_writes_the_sources_it_fitted(tmp_path: Path) -> None:
+    # validate reads comm_params.SOURCES: the script that writes the file must write it
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "fit_allreduce.py"
+    spec = importlib.util.spec_from_file_location("fit_allreduce", path)
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fit_allreduce"] = mod
+    spec.loader.exec_module(mod)
+    from perfmodel.timing.comm_params import FITTED
+
+    out = tmp_path / "comm_params.py"
+    mod.write(CommParams(**FITTED), out, ("src-a", "src-b"))  # type: ignore[arg-type]
+    ns: dict[str, object] = {}
+    exec(compile(out.read_text(), str(out), "exec"), ns)
+    assert ns["SOURCES"] == ("src-a", "src-b")
+    assert ns["FITTED"] == FITTED

@@ -18,3 +18,5 @@ FITTED: dict[str, object] = {
     "pcie_exponent": 1.969,
     "arch_latency_scale": {"ada": 0.8434, "ampere": 1.214, "blackwell": 1.252, "hopper": 0.7983},
 }
+#: The ``source`` values of the rows fitted (validate marks their groups in sample).
+SOURCES: tuple[str, ...] = ("aic_nccl_2.27.3", "aic_nccl_2.29.2")
