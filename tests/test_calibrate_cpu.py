@@ -99,3 +99,17 @@ def test_fit_and_report_on_the_run(run_dir: Path, capsys: pytest.CaptureFixture[
     assert "gemm/fp32" in captured.out
     assert "before med" in captured.out
     assert (run_dir / "scatter.png").stat().st_size > 1000
+
+
+def test_run_says_how_many_cases_were_planned_and_measured(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the run chose N cases within the budget's estimate and, with time left, measured more
+    # of the rest; its summary said "measured M" after announcing N, with no word of why
+    code = main(["calibrate", "run", "--device", "cpu", "--budget", "3s", "--threads", "1",
+                 "--out", str(tmp_path / "m.csv"), "--json"])
+    assert code == 0
+    out = capsys.readouterr().out
+    d = json.loads(out[out.index("{"):])
+    assert d["planned"] > 0
+    assert d["measured"] >= 1
+    assert d["left_out_by_budget"] >= 0

@@ -74,6 +74,8 @@ class RunResult:
     seconds: float
     unstable: int = 0
     hardware: str = ""
+    planned: int = 0
+    """Cases chosen within the budget's estimate; time left measures more of the rest."""
     stopped_early: bool = False
     notes: tuple[str, ...] = field(default=())
     repeated: int = 0
@@ -398,8 +400,8 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
     chosen_est = [float(e) for c, e in zip(todo, est, strict=True) if c in chosen_set]
     left_out = len(todo) - len(chosen)
     say(f"{len(chosen)} of {len(suite)} cases to measure on {device_name} "
-        f"({len(done)} already in {out.name}, {left_out} left out by the budget); "
-        f"estimated {_fmt_s(sum(chosen_est))}")
+        f"({len(done)} already in {out.name}, {left_out} left out by the budget's estimate, "
+        f"measured after as time allows); estimated {_fmt_s(sum(chosen_est))}")
 
     env["budget_s"] = f"{budget_s:g}"
     env_old: dict[str, Any] = {}
@@ -500,6 +502,7 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
     seconds = time.monotonic() - t_start
     measured = len(taken)
     return RunResult(out=out, env=epath, spec_path=spec_file, measured=measured,
+                     planned=len(chosen),
                      skipped_done=len(done),
                      left_out=max(len(todo) - measured - len(failed), 0),
                      failed=tuple(failed), seconds=seconds,

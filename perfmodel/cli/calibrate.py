@@ -267,7 +267,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     summary = {
         "out": str(result.out), "env": str(result.env),
         "spec": str(result.spec_path) if result.spec_path else result.hardware,
-        "measured": result.measured, "repeated": result.repeated,
+        "measured": result.measured, "planned": result.planned, "repeated": result.repeated,
         "already_done": result.skipped_done, "left_out_by_budget": result.left_out,
         "unstable": result.unstable, "failed": [list(f) for f in result.failed],
         "seconds": round(result.seconds, 1), "notes": list(result.notes),
@@ -275,8 +275,11 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
+    extra = result.measured - result.planned if result.planned else 0
+    more = (f"{result.planned} planned and {extra} more the time left allowed, "
+            if extra > 0 else "")
     print(f"measured {result.measured} case(s) in {result.seconds:.0f} s "
-          f"({result.repeated} noisy one(s) measured again, {result.unstable} flagged "
+          f"({more}{result.repeated} noisy one(s) measured again, {result.unstable} flagged "
           f"unstable) -> {result.out}")
     print(f"environment -> {result.env}")
     if result.spec_path:
