@@ -371,3 +371,28 @@ def test_memory_kv_bytes_per_token_counts_every_layer() -> None:
     # heads of 128 in each of 32 layers, 2 bytes each. The field said 0 (full layers only)
     r = pm.predict_model("mistral-7b", "h100-sxm", phase="prefill", batch=1, prompt_len=128)
     assert float(r.memory.kv_bytes_per_token) == 2 * 32 * 8 * 128 * 2
+
+
+def test_engine_kernels_are_chosen_per_point_of_an_array_call() -> None:
+    # a tp array took the attention kernel of its largest GQA group for every point: at
+    # tp = 32 Llama-3.1-8B's 8 KV heads replicate (group 1), TensorRT-LLM runs another
+    # decode kernel, and the array call predicted it 18 % too fast
+    tps = np.array([1, 32])
+    arr = np.asarray(pm.predict_model("llama-3.1-8b", "h100-sxm", phase="decode", batch=64,
+                                      context_len=32768, engine="trtllm", tp=tps).latency_s)
+    for i, t in enumerate(tps):
+        one = pm.predict_model("llama-3.1-8b", "h100-sxm", phase="decode", batch=64,
+                               context_len=32768, engine="trtllm", tp=int(t))
+        assert arr[i] == pytest.approx(float(one.latency_s), rel=1e-12)
+    # a sliding-window prefill: the band of a prompt one past the window is one query (a
+    # decode kernel) at that point only; a prompt inside the window has no band and says
+    # nothing of a decode kernel
+    prompts = np.array([7, 129, 4000])
+    arr = np.asarray(pm.predict_model("gpt-oss-20b", "h100-sxm", phase="prefill", batch=4,
+                                      engine="trtllm", prompt_len=prompts).latency_s)
+    for i, p in enumerate(prompts):
+        single = pm.predict_model("gpt-oss-20b", "h100-sxm", phase="prefill", batch=4,
+                                  engine="trtllm", prompt_len=int(p))
+        assert arr[i] == pytest.approx(float(single.latency_s), rel=1e-12)
+        if p == 7:
+            assert not any("decode attention" in a for a in single.assumptions)

@@ -307,20 +307,59 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
         kinds[gi][oi] = name or op_class(cls).name
 
 
-def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, str | None]:
+def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str
+                ) -> list[tuple[GraphOp, str | None]]:
+    """:func:`_with_engine` of ``g``, per point where the engine's attention kernel depends
+    on it: points with another phase (seq_q = 1 or not) or GQA group (query heads over KV
+    heads per GPU, which a TP sweep changes once KV heads replicate) get a copy of the op
+    counted only there (0 elsewhere), each with its own kernel. Points where the op does
+    not occur (count 0) choose nothing and add no note."""
+    args = g.args
+    if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
+        return [_with_engine(g, hw, engine)]
+    heads = np.asarray(args["heads"], dtype=np.float64)
+    kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
+    kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
+    group = heads / kv_heads
+    decode = np.asarray(args["seq_q"]) == 1
+    count = np.asarray(g.count, dtype=np.float64)
+    shape = np.broadcast_shapes(group.shape, decode.shape, count.shape)
+    group, decode, count = (np.broadcast_to(x, shape) for x in (group, decode, count))
+    occurs = count > 0
+    keys = sorted({(bool(d), float(gr)) for d, gr, o in zip(decode.ravel(), group.ravel(),
+                                                             occurs.ravel(), strict=True) if o})
+    if len(keys) <= 1:
+        d, gr = keys[0] if keys else (bool(np.all(decode)), float(np.max(group)))
+        op, note = _with_engine(g, hw, engine, d, gr)
+        return [(op, note if keys else None)]
+    out = []
+    for d, gr in keys:
+        mask = occurs & (decode == d) & (group == gr)
+        part = dataclasses.replace(g, count=np.where(mask, count, 0.0))
+        out.append(_with_engine(part, hw, engine, d, gr))
+    return out
+
+
+def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool | None = None,
+                 group: float | None = None) -> tuple[GraphOp, str | None]:
     """``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`): its attention
     kernel with the KV-cache write (and, for TensorRT-LLM, RoPE) in a pre-processing
     kernel, quantized GEMMs with their scheme, kernel and activation quantization; a
-    separate RoPE kernel the engine fuses away gets count 0. Returns the op and a note."""
+    separate RoPE kernel the engine fuses away gets count 0. Returns the op and a note.
+    An attention op's kernel is chosen for ``decode`` and ``group`` (by default: decode
+    where every point has one query, the largest GQA group; :func:`_engine_ops` passes
+    each point's)."""
     args = g.args
     if g.kind is Attention and str(args.get("impl", "flash")) == "flash":
-        decode = bool(np.all(np.asarray(args["seq_q"]) == 1))
+        if decode is None:
+            decode = bool(np.all(np.asarray(args["seq_q"]) == 1))
         head_dim = float(np.max(np.asarray(args["head_dim"])))
         kvd = str(args.get("kv_dtype") or args["dtype"])
-        heads = np.asarray(args["heads"], dtype=np.float64)
-        kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
-        kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
-        group = float(np.max(heads / kv_heads))
+        if group is None:
+            heads = np.asarray(args["heads"], dtype=np.float64)
+            kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
+            kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
+            group = float(np.max(heads / kv_heads))
         choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
                                   head_dim, kvd, group)
         new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
@@ -373,10 +412,10 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
         for graph, shape in graphs:
             ops = []
             for g in graph:
-                new, note = _with_engine(g, hw, engine)
-                if note and note not in notes:
-                    notes.append(note)
-                ops.append(new)
+                for new, note in _engine_ops(g, hw, engine):
+                    if note and note not in notes:
+                        notes.append(note)
+                    ops.append(new)
             engined.append((ops, shape))
         graphs = engined
     for gi, (graph, _) in enumerate(graphs):
