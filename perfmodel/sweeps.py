@@ -253,16 +253,29 @@ def sweep(config: TransformerConfig | str, hw: HardwareSpec | str, over: Over,
           **options: Any) -> SweepResult:
     """Sweep ``over`` (``prompt``, ``context``, ``batch`` or ``tp``) across ``values`` with
     the other inputs fixed; ``phase`` defaults to prefill for prompt sweeps and decode
-    otherwise. ``options`` go to :func:`predict_model` (dtypes, attention_impl...)."""
+    otherwise. ``options`` go to :func:`predict_model` (dtypes, attention_impl...).
+    ``values`` are swept in ascending order (the crossovers are read along it), at most
+    :data:`perfmodel._limits.MAX_SWEEP_POINTS` of them."""
     cfg = load_model(config)
     spec = load_hardware(hw)
     if over not in _DEFAULT_PHASE:
         raise PerfmodelError("over", f"cannot sweep over {over!r}",
                              "use prompt, context, batch or tp")
     ph: PhaseName = phase or _DEFAULT_PHASE[over]
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    try:
+        x = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        raise PerfmodelError("values", f"cannot read {clip_message(repr(values), 60)} as "
+                             "numbers", "pass a list or array of sizes") from None
     if x.size == 0:
         raise PerfmodelError("values", "no values to sweep", "pass at least one value")
+    if not np.all(np.isfinite(x)):
+        raise PerfmodelError("values", "holds NaN or infinity (or None)",
+                             "pass finite sizes")
+    if x.size > MAX_SWEEP_POINTS:
+        raise PerfmodelError("values", f"{x.size:,} points is above the cap of "
+                             f"{MAX_SWEEP_POINTS:,} (perfmodel._limits.MAX_SWEEP_POINTS)",
+                             "sweep fewer points (a log-spaced grid resolves any trend)")
     if over == "prompt" and ph == "decode":
         raise PerfmodelError("phase", "a prompt sweep needs phase prefill or generate",
                              "sweep over context for decode")

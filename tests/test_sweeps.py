@@ -140,3 +140,19 @@ def test_json_fixed_lists_only_inputs_constant_along_the_sweep() -> None:
     assert d["fixed"]["batch"] == 1.0
     assert sweep("llama-3.1-8b", "h100-sxm", "batch", [1, 8]).to_dict()["fixed"][
         "context_len"] == 2048.0
+
+
+def test_sweep_values_are_read_ascending_and_checked() -> None:
+    # unsorted values gave wrong crossovers ('stops_fitting: from_start' though batches up
+    # to 32 fit); words, None and 200,000 points were not refused by name
+    from perfmodel._errors import PerfmodelError
+
+    batches = [128, 64, 32, 16, 8, 4, 2, 1]
+    down = sweep("llama-2-7b", "h100-sxm", "batch", batches, context_len=2048).to_dict()
+    up = sweep("llama-2-7b", "h100-sxm", "batch", sorted(batches), context_len=2048).to_dict()
+    assert down["columns"]["batch"] == sorted(batches)
+    assert down["crossovers"] == up["crossovers"]
+    for bad in (["a"], None, np.arange(1.0, 200_002.0)):
+        with pytest.raises(PerfmodelError) as err:
+            sweep("llama-2-7b", "h100-sxm", "batch", bad)
+        assert err.value.field == "values"
