@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -396,3 +397,16 @@ def test_engine_kernels_are_chosen_per_point_of_an_array_call() -> None:
         assert arr[i] == pytest.approx(float(single.latency_s), rel=1e-12)
         if p == 7:
             assert not any("decode attention" in a for a in single.assumptions)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("reserve_bytes", float("nan")), ("reserve_bytes", 1e30), ("reserve_bytes", -1.0),
+    ("reserve_fraction", "0.1"), ("reserve_fraction", None), ("reserve_fraction", 1.0)])
+def test_memory_reserve_is_checked_by_name(name: str, value: object) -> None:
+    # a NaN or 1e30 reserve gave a NaN/inf total and 'fits: False' silently; a string
+    # fraction raised a TypeError; the error named 'reserve', not the argument
+    kw: dict[str, Any] = {name: value}
+    with pytest.raises(pm.PerfmodelError) as err:
+        pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=1,
+                         prompt_len=128, **kw)
+    assert err.value.field == name

@@ -168,10 +168,15 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
     """Memory of ``batch`` sequences holding ``context_len`` tokens of KV cache, the
     activation peak being that of a ``prompt_len`` prefill (per GPU, TP degree ``tp``)."""
     dt = dtypes or Dtypes()
-    if not 0 <= reserve_fraction < 1 or reserve_bytes < 0:
-        from perfmodel._errors import PerfmodelError
-        raise PerfmodelError("reserve", "reserve_fraction must be in [0, 1) and reserve_bytes "
-                             "≥ 0", "e.g. reserve_fraction=0.1, reserve_bytes=2**30")
+    from perfmodel._errors import PerfmodelError
+
+    for name, value, upper in (("reserve_fraction", reserve_fraction, 1.0),
+                               ("reserve_bytes", reserve_bytes, capacity_bytes)):
+        number = isinstance(value, (int, float, np.integer, np.floating))
+        if isinstance(value, bool) or not number or not 0.0 <= value < upper:  # NaN too
+            raise PerfmodelError(name, f"must be a number in [0, {upper:g}), got "
+                                 f"{value!r}", "e.g. reserve_fraction=0.1, "
+                                 "reserve_bytes=2**30")
     reserve = reserve_fraction * capacity_bytes + reserve_bytes
     b = np.asarray(batch, dtype=np.float64)
     ctx = np.asarray(context_len, dtype=np.float64)
