@@ -410,3 +410,17 @@ def test_memory_reserve_is_checked_by_name(name: str, value: object) -> None:
         pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=1,
                          prompt_len=128, **kw)
     assert err.value.field == name
+
+
+def test_arrays_that_do_not_broadcast_and_huge_ints_are_named() -> None:
+    # a raw numpy ValueError and an OverflowError escaped before
+    with pytest.raises(pm.PerfmodelError, match="do not broadcast") as err:
+        pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=[1, 2, 3],
+                         prompt_len=[10, 20])
+    assert err.value.field == "batch"
+    with pytest.raises(pm.PerfmodelError, match="do not broadcast"):
+        pm.predict_model("llama-3.1-8b", "h100-sxm", phase="decode", batch=[1, 2, 3],
+                         context_len=[10, 20])
+    with pytest.raises(pm.PerfmodelError) as err:
+        pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", prompt_len=10**400)
+    assert err.value.field == "prompt_len"

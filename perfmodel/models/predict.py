@@ -276,6 +276,9 @@ def _bounded(value: Any, name: str, maximum: float, minimum: float = 1.0,
                              f"{clip_message(repr(value), 60)}", "pass e.g. 512")
     try:
         arr = np.asarray(value, dtype=np.float64)
+    except OverflowError:  # a Python int beyond a float (10**400)
+        raise PerfmodelError(name, f"{clip_message(repr(value), 40)} is beyond any float",
+                             f"pass a number below perfmodel._limits.{cap or 'caps'}") from None
     except (TypeError, ValueError):
         raise PerfmodelError(name, f"cannot read {clip_message(repr(value), 60)} as numbers",
                              "pass a whole number or a numeric array") from None
@@ -286,6 +289,19 @@ def _bounded(value: Any, name: str, maximum: float, minimum: float = 1.0,
         v = float(arr[bad].flat[0])
         check_count(v, name, maximum, minimum=minimum, what=f"perfmodel._limits.{cap}")
     return arr
+
+
+def _shape_of(**arrays: Array) -> tuple[int, ...]:
+    """The broadcast shape of the array inputs, else an error naming them and their
+    shapes."""
+    try:
+        return np.broadcast_shapes(*(a.shape for a in arrays.values()))
+    except ValueError:
+        shown = ", ".join(f"{k} {a.shape}" for k, a in arrays.items() if a.ndim)
+        raise PerfmodelError(next(k for k, a in arrays.items() if a.ndim),
+                             f"array inputs of shapes that do not broadcast together: {shown}",
+                             "give the arrays one shape (or shapes numpy broadcasts, e.g. "
+                             "(n, 1) and (m,))") from None
 
 
 def _window_problem(cfg: TransformerConfig, context: Any) -> str:
@@ -458,7 +474,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     notes: list[str] = []
     if phase == "decode":
         ctx = need(context_len, "context_len")
-        shape = np.broadcast_shapes(b.shape, ctx.shape, t.shape)
+        shape = _shape_of(batch=b, context_len=ctx, tp=t)
         timings, notes = evaluate_graphs(
             [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec, engine)
         decode_res = with_host(aggregate(timings[0], "decode"), host)
@@ -470,6 +486,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     else:
         p = need(prompt_len, "prompt_len")
         g = need(gen_len, "gen_len") if phase == "generate" else np.asarray(1.0)
+        _shape_of(batch=b, prompt_len=p, gen_len=g, tp=t, cached_prefix=c0)
         if np.any(c0 >= p):
             raise PerfmodelError("cached_prefix", "must be smaller than prompt_len (the "
                                  "cached prefix is part of the prompt; at least the last "
