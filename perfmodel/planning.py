@@ -176,6 +176,17 @@ def _batch_grid(limit: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     return np.unique(np.concatenate([small, big]))
 
 
+def refused_tp(spec: HardwareSpec, t: int, exc: PerfmodelError) -> PlanOption:
+    """An infeasible option for a TP degree the model cannot be split into, with why."""
+    nan = math.nan
+    return PlanOption(gpu=spec.id, tp=t, feasible=False, reason=exc.problem,
+                      batch=0, limited_by="", replicas=0, gpus=0, ttft_s=nan, tpot_s=nan,
+                      step_s=nan, prefill_s=nan, requests_per_s_per_replica=0.0,
+                      tokens_per_s_per_gpu=0.0, capacity_tokens_per_s_per_gpu=0.0,
+                      weights_bytes_per_gpu=nan, max_batch_memory=0, usd_per_hour=None,
+                      usd_per_million_output_tokens=None, usd_per_million_tokens=None)
+
+
 def _plan_gpu(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload, tps: Sequence[int],
               price: float | None, options: Mapping[str, Any]) -> tuple[PlanOption, ...]:
     dt = resolve_dtypes(cfg, spec, options.get("weight_dtype"),
@@ -186,14 +197,15 @@ def _plan_gpu(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload, tps: Seq
         + options.get("reserve_bytes", DEFAULT_RESERVE_BYTES)
     p_len, g_len = float(wl.prompt_len), float(wl.output_len)
     valid = []
+    refused: list[PlanOption] = []
     for t in tps:
         try:
             tp_heads(cfg, np.asarray(float(t)))
             valid.append(t)
-        except PerfmodelError:
-            continue
+        except PerfmodelError as exc:
+            refused.append(refused_tp(spec, int(t), exc))
     if not valid:
-        return ()
+        return tuple(refused)
     t_arr = np.asarray(valid, dtype=np.float64)
     w = weight_bytes(cfg, t_arr, dt)
     act = activation_bytes(cfg, 1.0, p_len, t_arr, dt)
@@ -260,7 +272,7 @@ def _plan_gpu(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload, tps: Seq
             usd_per_million_output_tokens=(cost / (out_tok * 3600.0) * 1e6) if cost else None,
             usd_per_million_tokens=(cost / (wl.requests_per_s * (p_len + g_len) * 3600.0)
                                     * 1e6) if cost else None))
-    return tuple(out)
+    return tuple(out + refused)
 
 
 def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],

@@ -32,7 +32,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import tp_heads
-from perfmodel.planning import PlanOption, Workload
+from perfmodel.planning import PlanOption, Workload, refused_tp
 from perfmodel.serving import (
     ServeResult,
     closed_loop,
@@ -152,7 +152,8 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
     for t in tps:
         try:
             tp_heads(cfg, np.asarray(float(t)))
-        except PerfmodelError:
+        except PerfmodelError as exc:
+            out.append(refused_tp(spec, int(t), exc))
             continue
         base: dict[str, Any] = {"gpu": spec.id, "tp": int(t), "batch": 0, "limited_by": "",
                                 "replicas": 0, "gpus": 0, "usd_per_hour": None,

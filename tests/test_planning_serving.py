@@ -166,3 +166,14 @@ def test_loose_targets_give_the_replica_throughput_not_a_burst_rate() -> None:
     throughput = 20000 / saturated.duration_s
     assert 0.85 * throughput <= o.requests_per_s_per_replica <= throughput
     assert 0.0 < o.tokens_per_s_per_gpu < math.inf
+
+
+@pytest.mark.parametrize("method", ["analytic", "simulate"])
+def test_a_tp_degree_that_cannot_split_the_model_is_an_option_with_its_reason(
+        method: str) -> None:
+    # tp_options=(3,) for 32 query heads gave no option at all and no reason
+    p = plan("llama-3.1-8b", ["h100-sxm"], Workload(1, 512, 64, 2.0, 0.05), tp_options=(3,),
+             method=method, requests=100)
+    (o,) = p.gpus[0].options
+    assert (o.tp, o.feasible) == (3, False)
+    assert "does not divide the 32 query heads" in o.reason
