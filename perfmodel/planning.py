@@ -295,6 +295,12 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
     if percentile not in ("mean", "p50", "p90", "p99"):
         raise PerfmodelError("percentile", f"unknown statistic {percentile!r}",
                              "use mean, p50, p90 or p99")
+    if not isinstance(workload, Workload):
+        raise PerfmodelError("workload", f"expected a perfmodel.planning.Workload (request "
+                             f"rate, prompt and output lengths, TTFT and TPOT targets), got "
+                             f"{type(workload).__name__}", "e.g. Workload(requests_per_s=10, "
+                             "prompt_len=2048, output_len=256, ttft_target_s=2.0, "
+                             "tpot_target_s=0.05)")
     cfg = load_model(config)
     if not gpus:
         raise PerfmodelError("gpus", "no GPUs to plan for", "pass at least one GPU id")

@@ -177,3 +177,12 @@ def test_a_tp_degree_that_cannot_split_the_model_is_an_option_with_its_reason(
     (o,) = p.gpus[0].options
     assert (o.tp, o.feasible) == (3, False)
     assert "does not divide the 32 query heads" in o.reason
+
+
+def test_plan_names_a_workload_of_the_wrong_kind() -> None:
+    # the serving simulator's request Workload raised AttributeError: 'prompt_len'
+    from perfmodel._errors import PerfmodelError
+
+    with pytest.raises(PerfmodelError) as err:
+        plan("llama-3.1-8b", ["h100-sxm"], poisson(2.0, 10, 512, 64))  # type: ignore[arg-type]
+    assert err.value.field == "workload"
