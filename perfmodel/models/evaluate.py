@@ -309,11 +309,12 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
 
 def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str
                 ) -> list[tuple[GraphOp, str | None]]:
-    """:func:`_with_engine` of ``g``, per point where the engine's attention kernel depends
-    on it: points with another phase (seq_q = 1 or not) or GQA group (query heads over KV
-    heads per GPU, which a TP sweep changes once KV heads replicate) get a copy of the op
-    counted only there (0 elsewhere), each with its own kernel. Points where the op does
-    not occur (count 0) choose nothing and add no note."""
+    """``g`` as ``engine`` runs it on ``hw``, with a note (:func:`_engine_attention`,
+    :func:`_with_engine`). An attention op's kernel depends on the point: points with
+    another phase (seq_q = 1 or not) or GQA group (query heads over KV heads per GPU, which
+    a TP sweep changes once KV heads replicate) get a copy of the op counted only there
+    (0 elsewhere), each with its own kernel. Points where the op does not occur (count 0)
+    choose nothing and add no note."""
     args = g.args
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
         return [_with_engine(g, hw, engine)]
@@ -330,47 +331,43 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str
                                                              occurs.ravel(), strict=True) if o})
     if len(keys) <= 1:
         d, gr = keys[0] if keys else (bool(np.all(decode)), float(np.max(group)))
-        op, note = _with_engine(g, hw, engine, d, gr)
+        op, note = _engine_attention(g, hw, engine, d, gr)
         return [(op, note if keys else None)]
-    out = []
+    out: list[tuple[GraphOp, str | None]] = []
     for d, gr in keys:
         mask = occurs & (decode == d) & (group == gr)
         part = dataclasses.replace(g, count=np.where(mask, count, 0.0))
-        out.append(_with_engine(part, hw, engine, d, gr))
+        out.append(_engine_attention(part, hw, engine, d, gr))
     return out
 
 
-def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool | None = None,
-                 group: float | None = None) -> tuple[GraphOp, str | None]:
-    """``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`): its attention
-    kernel with the KV-cache write (and, for TensorRT-LLM, RoPE) in a pre-processing
-    kernel, quantized GEMMs with their scheme, kernel and activation quantization; a
-    separate RoPE kernel the engine fuses away gets count 0. Returns the op and a note.
-    An attention op's kernel is chosen for ``decode`` and ``group`` (by default: decode
-    where every point has one query, the largest GQA group; :func:`_engine_ops` passes
-    each point's)."""
+def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
+                      group: float) -> tuple[GraphOp, str]:
+    """Attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`) in
+    ``decode`` or prefill at GQA ``group``: its kernel, with the KV-cache write (and, for
+    TensorRT-LLM, RoPE) in a pre-processing kernel, in fp8 over an fp8 KV cache where the
+    kernel computes so. Returns the op and a note."""
     args = g.args
-    if g.kind is Attention and str(args.get("impl", "flash")) == "flash":
-        if decode is None:
-            decode = bool(np.all(np.asarray(args["seq_q"]) == 1))
-        head_dim = float(np.max(np.asarray(args["head_dim"])))
-        kvd = str(args.get("kv_dtype") or args["dtype"])
-        if group is None:
-            heads = np.asarray(args["heads"], dtype=np.float64)
-            kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
-            kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
-            group = float(np.max(heads / kv_heads))
-        choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
-                                  head_dim, kvd, group)
-        new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
-               "num_splits": choice.num_splits,
-               "tensor_core_min_group": choice.tensor_core_min_group}
-        fp8 = choice.fp8_compute and "fp8" in hw.peaks
-        if fp8:
-            new["dtype"] = "fp8"
-        return dataclasses.replace(g, args=new), (
-            f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "
-            + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
+    head_dim = float(np.max(np.asarray(args["head_dim"])))
+    kvd = str(args.get("kv_dtype") or args["dtype"])
+    choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
+                              head_dim, kvd, group)
+    new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
+           "num_splits": choice.num_splits,
+           "tensor_core_min_group": choice.tensor_core_min_group}
+    fp8 = choice.fp8_compute and "fp8" in hw.peaks
+    if fp8:
+        new["dtype"] = "fp8"
+    return dataclasses.replace(g, args=new), (
+        f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "
+        + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
+
+
+def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, str | None]:
+    """Non-attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`):
+    quantized GEMMs with their scheme, kernel and activation quantization; a separate RoPE
+    kernel the engine fuses away gets count 0. Returns the op and a note."""
+    args = g.args
     if g.kind is Gemm:
         w = str(args["dtype"])
         quant = {"fp8": "per-channel" if engine == "sglang" else "per-tensor",
@@ -401,7 +398,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
     notes on dtype fallbacks taken.
 
     With an ``engine`` (``trtllm``, ``vllm``, ``sglang``) the ops are those the engine runs
-    (:func:`_with_engine`), predicted as CUDA-graph replays with the engine's bookkeeping;
+    (:func:`_engine_ops`), predicted as CUDA-graph replays with the engine's bookkeeping;
     ``none`` is engine-neutral (the architecture's native kernels, one kernel per op)."""
     engine = normalize_engine(engine)
     context = RunContext(launch="graph", engine=engine) if engine != "none" else None
