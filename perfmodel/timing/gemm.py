@@ -242,6 +242,11 @@ def _relief(call: _Call, t: _Tile, conc: Any, ops: Ops) -> Any:
     return ops.maximum(t.eff, conc / call.slots) if call.relieved else 1.0
 
 
+def _too_thin(kk: Any, split: Any, ops: Ops) -> Any:
+    """Whether a split-K factor leaves a part less than 128 of k (module doc)."""
+    return ops.ceil(kk / split) < 128.0
+
+
 def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn: Any,
            a: Any, w: Any, c: Any, fits: Any, per_byte: Any,
            is_split: bool | None = None) -> dict[str, Any]:
@@ -271,7 +276,7 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     total = overlap(compute, memory, call.overlap_p, ops) + overhead
     if split:
-        total = ops.where((tiles / t.split >= call.slots) | (ops.ceil(kk / t.split) < 128.0),
+        total = ops.where((tiles / t.split >= call.slots) | _too_thin(kk, t.split, ops),
                           math.inf, total)
     return {"latency_s": total, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "waves": waves}
@@ -393,7 +398,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
             for j in call.split_index[-2 - i]:
                 t = call.splits[j]
                 if (b * t.split) * tiles_m[t.tm] * tiles_n[t.tn] / t.split >= slots \
-                        or math.ceil(kk / t.split) < 128.0:
+                        or _too_thin(kk, t.split, SCALAR):
                     continue  # split-K not taken for this shape (infinite latency)
                 order.append((bound(t), n_plain + j))
             order.sort()
@@ -547,11 +552,11 @@ GEMV_ROWS = 16.0
 
 def _gemv(out: dict[str, Any], m: Any, n: Any, kk: Any, b: Any, rate: float, p: float,
           ops: Ops) -> dict[str, Any]:
-    """``out`` of a vector-unit GEMM with the GEMV regime's compute where m ≤ GEMV_ROWS
-    (module doc): c' = min(c, 2·b·m·n·k / R), latency − overlap(c, t_mem) +
-    overlap(c', t_mem)."""
+    """``out`` (the best plain candidate of shapes of m ≤ GEMV_ROWS on a vector unit) as
+    the GEMV-style kernel (module doc): c' = min(c, 2·b·m·n·k / R), latency −
+    overlap(c, t_mem) + overlap(c', t_mem)."""
     c, mem = out["compute_s"], out["memory_s"]
-    c2 = ops.where(m <= GEMV_ROWS, ops.minimum(c, 2.0 * b * m * n * kk / rate), c)
+    c2 = ops.minimum(c, 2.0 * b * m * n * kk / rate)
     lat = out["latency_s"] - overlap(c, mem, p, ops) + overlap(c2, mem, p, ops)
     return {**out, "compute_s": c2, "latency_s": lat}
 
@@ -610,8 +615,8 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str
         sub = _search(plain, m[few], n[few], kk[few], b[few], a[few], w[few], c[few],
                       fits[few], None if per_byte is None else per_byte[few])
         g = _gemv(sub, m[few], n[few], kk[few], b[few], rate, call.overlap_p, VECTOR)
-        better = few[g["latency_s"] < flat["latency_s"][few]]
         take = g["latency_s"] < flat["latency_s"][few]
+        better = few[take]
         for key in flat:
             flat[key] = np.array(flat[key], dtype=np.float64)
             flat[key][better] = np.asarray(g[key], dtype=np.float64)[take]
