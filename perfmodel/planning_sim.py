@@ -198,9 +198,6 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                     return res, False
                 k = min(max(need, 2 * k), pool_n)
 
-        def ok(outcome: tuple[ServeResult, bool]) -> bool:
-            return outcome[1]
-
         max_mem = pool.tokens // (p_len + g_len)
         base.update(weights_bytes_per_gpu=pool.weights_bytes, max_batch_memory=int(max_mem))
         alone = run_prepared(c, s, eng, pool, model, closed_loop(1, 1, p_len, g_len),
@@ -223,7 +220,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         hi = 1.0 / max(e2e0, 1e-9)
         hi_res = run(hi)
         for _ in range(_DOUBLINGS):
-            if not ok(hi_res):
+            if not hi_res[1]:
                 break
             lo, lo_res = hi, hi_res
             hi *= 2.0
@@ -231,14 +228,14 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         for _ in range(_BISECTIONS):
             mid = 0.5 * (lo + hi) if lo > 0 else 0.5 * hi
             res = run(mid)
-            if ok(res):
+            if res[1]:
                 lo, lo_res = mid, res
             else:
                 hi, hi_res = mid, res
         if lo > 0.0:  # confirm on longer runs (module docstring)
             for _ in range(_CONFIRM_TRIES):
                 res = run(lo, multiple=_CONFIRM_MULTIPLE)
-                if ok(res):
+                if res[1]:
                     lo_res = res
                     break
                 hi, hi_res = lo, res
@@ -253,14 +250,14 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                                   prefill_s=ttft0, requests_per_s_per_replica=0.0,
                                   tokens_per_s_per_gpu=0.0, capacity_tokens_per_s_per_gpu=0.0))
             continue
-        ttft, tpot = _pct(lo_res[0], percentile, steady=True)
+        steady_res = lo_res[0]
+        ttft, tpot = _pct(steady_res, percentile, steady=True)
         ttft_hi, tpot_hi = _pct(hi_res[0], percentile, steady=True)
         bound = "TTFT target" if ttft_hi > wl.ttft_target_s else "TPOT target" \
             if tpot_hi > wl.tpot_target_s else \
             "throughput (above it the queue grows without bound)"
         if int(np.sum(hi_res[0].preemptions)) > 0:
             bound += " (KV cache full: preemptions)"
-        steady_res = lo_res[0]
         replicas = math.ceil(wl.requests_per_s / lo - 1e-9)
         gpus = replicas * int(t)
         out_tok = wl.requests_per_s * float(np.mean(output[:n]))

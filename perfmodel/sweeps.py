@@ -272,10 +272,7 @@ def sweep(config: TransformerConfig | str, hw: HardwareSpec | str, over: Over,
     if not np.all(np.isfinite(x)):
         raise PerfmodelError("values", "holds NaN or infinity (or None)",
                              "pass finite sizes")
-    if x.size > MAX_SWEEP_POINTS:
-        raise PerfmodelError("values", f"{x.size:,} points is above the cap of "
-                             f"{MAX_SWEEP_POINTS:,} (perfmodel._limits.MAX_SWEEP_POINTS)",
-                             "sweep fewer points (a log-spaced grid resolves any trend)")
+    check_count(x.size, "values", MAX_SWEEP_POINTS, what="perfmodel._limits.MAX_SWEEP_POINTS")
     if over == "prompt" and ph == "decode":
         raise PerfmodelError("phase", "a prompt sweep needs phase prefill or generate",
                              "sweep over context for decode")
