@@ -311,6 +311,13 @@ def _sub(d: dict[str, Any], key: str, name: str) -> dict[str, Any]:
     return value
 
 
+def _interleaved(name: str, key: str, what: str) -> PerfmodelError:
+    """The error for an MoE model whose dense and MoE layers interleave, naming ``key``."""
+    return PerfmodelError(f"{name}: {key}", f"{what}: interleaved dense and MoE layers are "
+                          "not modelled", "model the MoE and the dense layers as two "
+                          "config.json files by hand")
+
+
 def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
     """Rewrite a family's own keys into the Llama-like names :func:`from_hf_dict` reads.
 
@@ -374,10 +381,9 @@ def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
         step = _whole(out.get("moe_layer_interval", 1) or 1, "moe_layer_interval", name)
         if step > 1 or (end is not None and end != -1
                         and _whole(end, "moe_layer_end_index", name) < layers - 1):
-            raise PerfmodelError(f"{name}: moe_layer_interval", "MoE layers not one block "
-                                 "from moe_layer_start_index to the last layer: interleaved "
-                                 "or trailing dense layers are not modelled", "model the "
-                                 "MoE and the dense layers as two config.json files by hand")
+            raise _interleaved(name, "moe_layer_interval", "MoE layers not one block from "
+                               "moe_layer_start_index to the last layer (trailing dense "
+                               "layers are not modelled either)")
         shared = _whole(out.get("moe_num_shared_experts", 0) or 0, "moe_num_shared_experts",
                         name)
         out.update({"num_local_experts": out["moe_num_experts"],
@@ -391,11 +397,8 @@ def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
             _req(out, name, "moe_intermediate_size"), "moe_intermediate_size", name)
     if out.get("moe_layer_freq") is not None and _whole(out["moe_layer_freq"] or 1,
                                                         "moe_layer_freq", name) > 1:
-        raise PerfmodelError(f"{name}: moe_layer_freq", "MoE layers every "
-                             f"{out['moe_layer_freq']} layers, dense ones between: "
-                             "interleaved dense and MoE layers are not modelled",
-                             "model the MoE and the dense layers as two config.json files "
-                             "by hand")
+        raise _interleaved(name, "moe_layer_freq", f"MoE layers every "
+                           f"{out['moe_layer_freq']} layers, dense ones between")
     return out
 
 
@@ -451,21 +454,15 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     moe = bool(d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts"))
     if moe and (_whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name) > 1
                 or (isinstance(dense_between, list) and dense_between)):
-        raise PerfmodelError(f"{name}: decoder_sparse_step",
-                             "MoE on some layers only, dense MLPs on the others "
-                             "(decoder_sparse_step > 1 or mlp_only_layers): interleaved dense "
-                             "and MoE layers are not modelled", "model the MoE and the dense "
-                             "layers as two config.json files by hand")
+        raise _interleaved(name, "decoder_sparse_step", "MoE on some layers only, dense "
+                           "MLPs on the others (decoder_sparse_step > 1 or mlp_only_layers)")
     llama4 = mtype.startswith("llama4")
     if llama4:
         step = _whole(d.get("interleave_moe_layer_step", 1) or 1, "interleave_moe_layer_step",
                       name)
         if step > 1:
-            raise PerfmodelError(f"{name}: interleave_moe_layer_step",
-                                 f"MoE layers every {step} layers, dense ones between "
-                                 "(Llama 4 Maverick): interleaved dense and MoE layers are "
-                                 "not modelled", "model the MoE and the dense layers as two "
-                                 "config.json files by hand")
+            raise _interleaved(name, "interleave_moe_layer_step", f"MoE layers every {step} "
+                               "layers, dense ones between (Llama 4 Maverick)")
         # chunked local attention (a token attends within its attention_chunk_size chunk)
         # on the RoPE layers, taken as a sliding window of the chunk (an upper bound of
         # the keys; the KV cache of those layers holds at most a chunk); every 4th layer
