@@ -486,12 +486,11 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     else:
         p = need(prompt_len, "prompt_len")
         g = need(gen_len, "gen_len") if phase == "generate" else np.asarray(1.0)
-        _shape_of(batch=b, prompt_len=p, gen_len=g, tp=t, cached_prefix=c0)
+        shape = _shape_of(batch=b, prompt_len=p, gen_len=g, tp=t, cached_prefix=c0)
         if np.any(c0 >= p):
             raise PerfmodelError("cached_prefix", "must be smaller than prompt_len (the "
                                  "cached prefix is part of the prompt; at least the last "
                                  "prompt token is computed)", "e.g. cached_prefix=prompt_len-1")
-        shape = np.broadcast_shapes(b.shape, p.shape, g.shape, t.shape, c0.shape)
         graphs = [(prefill_graph(cfg, b, p - c0, c0, t, dt, attention_impl), shape)]
         p_len, g_len = p * np.ones(shape), g * np.ones(shape)
         ctx = p + g - 1.0  # KV cache after the last step
