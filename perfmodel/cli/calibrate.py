@@ -310,20 +310,30 @@ def _sidecar(csv_path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _run_spec(csv_path: Path) -> tuple[Path, Path] | None:
+    """The spec file ``calibrate run`` recorded for ``csv_path`` (its sidecar's
+    ``spec_path``) and the same name next to the CSV (where it is once the run folder is
+    moved); None without one."""
+    recorded = _sidecar(csv_path).get("spec_path")
+    if not recorded:
+        return None
+    path = Path(str(recorded))
+    return path, csv_path.with_name(path.name)
+
+
 def _resolve_spec(csv_path: Path, gpu: str | None, rows: list[Any]) -> tuple[Any, Path | None]:
     """(HardwareSpec, its file path or None for a bundled id)."""
     from perfmodel.hardware.catalog import bundled_path, load_hardware
 
     if gpu is None:
-        env = _sidecar(csv_path)
-        recorded = Path(str(env.get("spec_path") or ""))
-        beside = csv_path.with_name(recorded.name) if env.get("spec_path") else None
-        if env.get("spec_path") and recorded.is_file():
-            gpu = str(recorded)
-        elif beside is not None and beside.is_file():
+        run = _run_spec(csv_path)
+        if run is not None and run[0].is_file():
+            gpu = str(run[0])
+        elif run is not None and run[1].is_file():
             # the run folder was moved: the measured spec is still next to its CSV
-            gpu = str(beside)
-        elif env.get("spec_path"):
+            gpu = str(run[1])
+        elif run is not None:
+            recorded = run[0]
             raise PerfmodelError(
                 "--gpu", f"the run's spec file {recorded} (recorded in "
                 f"{csv_path.name}.env.json) is gone, and no {recorded.name} lies next to "
@@ -392,9 +402,7 @@ def fit_cmd(args: argparse.Namespace) -> int:
     data, hw, spec_path, rows = _load(args)
     # the spec the run measured (recorded beside the CSV) is an input too, even when
     # --gpu names another: overwriting it would lose the run's device figures
-    recorded = str(_sidecar(csv_path).get("spec_path") or "")
-    run_specs = (recorded, str(csv_path.with_name(Path(recorded).name))) if recorded else ()
-    check_output(args.out, "--out", (spec_path, *run_specs))
+    check_output(args.out, "--out", (spec_path, *(_run_spec(csv_path) or ())))
     env = _environment(Path(args.csv), rows)
     if args.method == "parts":
         from perfmodel.calibrate.fit import Selection
