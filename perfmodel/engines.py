@@ -16,6 +16,7 @@ whole-model prediction :func:`attention_kernel` / :func:`gemm_kernel` choose it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,12 @@ class AttentionChoice:
     tensor_core_min_group: float = 0.0
     """FlashInfer decode: the fewest query heads per KV head for which the engine asks for
     the tensor-core kernel (:attr:`perfmodel.ops.attention.Attention.tensor_core_min_group`)."""
+
+    def compute_dtype(self, dtype: str, peaks: Iterable[str]) -> str:
+        """The dtype the call computes in, on a GPU with ``peaks``: fp8 where the kernel
+        computes in fp8 (:attr:`fp8_compute`) and the GPU has an fp8 peak, else ``dtype``
+        (the activations')."""
+        return "fp8" if self.fp8_compute and "fp8" in peaks else dtype
 
 
 @dataclass(frozen=True)

@@ -245,8 +245,7 @@ def _build_attention(a: argparse.Namespace) -> Op:
             tc_group = choice.tensor_core_min_group
             # the engine's kernel computes in fp8 over an fp8 KV cache (as a model's
             # attention under --engine does: perfmodel.models.evaluate)
-            if choice.fp8_compute and getattr(a, "fp8_for_engine", False):
-                dtype = "fp8"
+            dtype = choice.compute_dtype(a.dtype, getattr(a, "peaks_for_engine", ()))
     return Attention(batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, seq_q=a.seq_q,
                      seq_kv=a.seq_kv, head_dim=a.head_dim, value_dim=a.value_dim,
                      causal=a.causal, dtype=dtype, kv_dtype=a.kv_dtype, impl=impl,
@@ -416,7 +415,7 @@ def _load(gpu: str, flag: str) -> HardwareSpec:
 def _build(args: argparse.Namespace, hw: HardwareSpec | None = None) -> Op:
     args.engine = getattr(args, "engine", None)
     args.arch_for_engine = hw.arch if hw is not None else ""
-    args.fp8_for_engine = hw is not None and "fp8" in hw.peaks
+    args.peaks_for_engine = tuple(hw.peaks) if hw is not None else ()
     try:
         return _OPS[args.op_name].build(args)
     except PerfmodelError as exc:

@@ -355,9 +355,8 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
     new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
            "num_splits": choice.num_splits,
            "tensor_core_min_group": choice.tensor_core_min_group}
-    fp8 = choice.fp8_compute and "fp8" in hw.peaks
-    if fp8:
-        new["dtype"] = "fp8"
+    new["dtype"] = choice.compute_dtype(str(args["dtype"]), hw.peaks)
+    fp8 = choice.fp8_compute and new["dtype"] == "fp8"
     return dataclasses.replace(g, args=new), (
         f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "
         + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
