@@ -45,6 +45,7 @@ import io
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,7 +346,7 @@ def read_ncu(path: str | Path, *, dtype: str | None = None, causal: bool = False
     units: list[Unit] = []
     unmatched: list[Unmatched] = []
     untimed = 0
-    ids = [x.id for x in launches]
+    ids = Counter(x.id for x in launches)
     for opname, got, _text, members in groups:
         timed = [x for x in members if x.duration_s is not None]
         untimed += len(members) - len(timed)
@@ -365,7 +366,7 @@ def read_ncu(path: str | Path, *, dtype: str | None = None, causal: bool = False
                 reason += f"; the kernel's name looks like {family}"
             unmatched.append(Unmatched(x.kernel, "kernel", reason, x.duration_s or 0.0,
                                        context=f"ID {x.id}" + (
-                                           f", line {x.line}" if ids.count(x.id) > 1 else ""),
+                                           f", line {x.line}" if ids[x.id] > 1 else ""),
                                        sm_pct=x.sm_pct,
                                        memory_pct=x.memory_pct, dram_pct=x.dram_pct))
     if untimed:

@@ -218,6 +218,7 @@ class _Mapper:
         self.ops = ops
         self.events = events
         self.cache: dict[int, MappedOp | str | None] = {}
+        self.redispatched: dict[int, int | None] = {}
 
     def hints(self, i: int) -> list[str]:
         out: list[str] = []
@@ -241,14 +242,15 @@ class _Mapper:
         """The call nested directly in mapped call ``i`` that runs the same operator on the
         same shape again, or None. ``torch.autocast`` records a call twice: the outer one
         with the caller's input types (fp32), holding the casts (``aten::to``) and the
-        inner call with the cast inputs (bf16), which runs the kernel."""
-        outer = self(i)
-        if not isinstance(outer, MappedOp):
-            return None
-        same = [j for j in self.ops[i].children if self.ops[j].name == self.ops[i].name
-                and isinstance(inner := self(j), MappedOp)
-                and dataclasses.replace(inner, dtype=outer.dtype) == outer]
-        return same[0] if len(same) == 1 else None
+        inner call with the cast inputs (bf16), which runs the kernel. Found once a call."""
+        if i not in self.redispatched:
+            outer = self(i)
+            same = [j for j in self.ops[i].children if self.ops[j].name == self.ops[i].name
+                    and isinstance(inner := self(j), MappedOp)
+                    and dataclasses.replace(inner, dtype=outer.dtype) == outer] \
+                if isinstance(outer, MappedOp) else []
+            self.redispatched[i] = same[0] if len(same) == 1 else None
+        return self.redispatched[i]
 
     def owner(self, chain: Sequence[int]) -> int | None:
         """The op call measured through ``chain`` (innermost first): its outermost mapped
