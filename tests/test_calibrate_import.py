@@ -601,6 +601,15 @@ def test_silu_and_gzip_traces_round_trip(tmp_path: Path,
     assert main(["validate", str(out)]) == 0
 
 
+
+def _read_h100_trace(path: Path, events: list[dict[str, Any]]) -> Capture:
+    """``events`` written as a Kineto trace recorded on an H100 at ``path``, read back."""
+    doc = {"schemaVersion": 1, "traceEvents": events,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
+                                 "computeMajor": 9, "computeMinor": 0}]}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return read_trace(path)
+
 # ------------------------------------------------------------------ audit fixes: CPU accounting
 def _top_level_us(path: Path) -> float:
     """Sum of the spans of operator calls nested in no other call on their thread, µs."""
@@ -705,12 +714,7 @@ def test_autocast_gpu_gemm_is_the_inner_calls_kernel(tmp_path: Path) -> None:
         kernel("void at::native::unrolled_elementwise_kernel<copy_kernel>", 110, 4, 4),
         kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 120, 20, 6),
     ]
-    doc = {"schemaVersion": 1, "traceEvents": events,
-           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
-                                 "computeMajor": 9, "computeMinor": 0}]}
-    path = tmp_path / "autocast_gpu.json"
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    capture = read_trace(path)
+    capture = _read_h100_trace(tmp_path / "autocast_gpu.json", events)
     (unit,) = capture.units
     assert (unit.op.m, unit.op.n, unit.op.k, unit.op.dtype) == (8, 1024, 4096, "bf16")
     assert unit.measured_s == pytest.approx(20e-6)
@@ -810,12 +814,7 @@ def test_host_device_memcpy_is_a_transfer_not_a_copy(tmp_path: Path) -> None:
               memcpy("Memcpy HtoD (Pageable -> Device)", 5, 400.0, 1),
               memcpy("Memcpy DtoH (Device -> Pinned)", 500, 300.0, 2),
               memcpy("Memcpy DtoD (Device -> Device)", 900, 6.0, 3)]
-    doc = {"schemaVersion": 1, "traceEvents": events,
-           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3",
-                                 "computeMajor": 9, "computeMinor": 0}]}
-    path = tmp_path / "memcpy.json"
-    path.write_text(json.dumps(doc), encoding="utf-8")
-    capture = read_trace(path)
+    capture = _read_h100_trace(tmp_path / "memcpy.json", events)
     (dtod,) = capture.units
     assert (dtod.op.op, dtod.op.m) == ("copy", 1024 * 1024)
     assert dtod.measured_s == pytest.approx(6e-6)
