@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from perfmodel.cli.main import main
-from perfmodel.planning import Workload, plan
+from perfmodel.planning import PlanOption, Workload, plan
 from perfmodel.serving import closed_loop, poisson, simulate, stats
 from perfmodel.serving.sweep import serve_sweep
 
@@ -21,6 +21,23 @@ WL = Workload(requests_per_s=20, prompt_len=1024, output_len=128, ttft_target_s=
 def plan8() -> object:
     return plan("llama-3.1-8b", ["h100-sxm"], WL, tp_options=(1, 2), method="simulate",
                 requests=200)
+
+
+def _best(model: str, wl: Workload, tp: int, requests: int) -> PlanOption:
+    """The simulated plan's best option on one H100 at TP ``tp`` (asserted to exist)."""
+    o = plan(model, ["h100-sxm"], wl, tp_options=(tp,), method="simulate",
+             requests=requests).gpus[0].best
+    assert o is not None
+    return o
+
+
+def _assert_steady_meets(wl: Workload, ttft: float, tpot: float, done: float) -> None:
+    """A long replay (:func:`_long_replay`) meets ``wl``'s targets and keeps up. The planner
+    interpolates step times on grids sized for its longest request, the replay on grids of
+    its own, and draws other arrivals: a few percent at the boundary."""
+    assert ttft <= 1.05 * wl.ttft_target_s
+    assert tpot <= 1.05 * wl.tpot_target_s
+    assert done >= 0.97
 
 
 def _long_replay(model: str, rate: float, prompt: int, output: int, tp: int,
@@ -52,12 +69,7 @@ def test_simulated_plan_meets_the_targets_at_its_rate(plan8: object) -> None:
     # the targets and completions keep up with arrivals; at 1.25 times the rate a target
     # fails or the queue falls behind (the search stopped for a reason)
     rate = o.requests_per_s_per_replica
-    ttft, tpot, done = _long_replay("llama-3.1-8b", rate, 1024, 128, o.tp, 8000)
-    # the planner interpolates step times on grids sized for its longest request, this
-    # replay on grids of its own, and draws other arrivals: a few percent at the boundary
-    assert ttft <= 1.05 * WL.ttft_target_s
-    assert tpot <= 1.05 * WL.tpot_target_s
-    assert done >= 0.97
+    _assert_steady_meets(WL, *_long_replay("llama-3.1-8b", rate, 1024, 128, o.tp, 8000))
     ttft, tpot, done = _long_replay("llama-3.1-8b", 1.25 * rate, 1024, 128, o.tp, 8000)
     assert ttft > WL.ttft_target_s or tpot > WL.tpot_target_s or done < 0.97
 
@@ -68,23 +80,14 @@ def test_planned_rate_holds_on_long_runs_not_only_on_the_start_up() -> None:
     # 30.3 requests/s from it; a long run at that rate falls behind (p90 TTFT 31 s)
     wl = Workload(requests_per_s=30, prompt_len=1024, output_len=256, ttft_target_s=2.0,
                   tpot_target_s=0.05)
-    o = plan("llama-3.1-8b", ["h100-sxm"], wl, tp_options=(1,), method="simulate",
-             requests=400).gpus[0].best
-    assert o is not None
-    ttft, tpot, done = _long_replay("llama-3.1-8b", o.requests_per_s_per_replica, 1024, 256,
-                                    1, 12000)
-    assert ttft <= 1.05 * wl.ttft_target_s
-    assert tpot <= 1.05 * wl.tpot_target_s
-    assert done >= 0.97
+    o = _best("llama-3.1-8b", wl, 1, 400)
+    _assert_steady_meets(wl, *_long_replay("llama-3.1-8b", o.requests_per_s_per_replica, 1024,
+                                           256, 1, 12000))
 
 
 def test_tighter_tpot_never_raises_the_rate() -> None:
-    loose = plan("llama-3.1-8b", ["h100-sxm"], WL, tp_options=(1,), method="simulate",
-                 requests=150).gpus[0].best
-    tight = plan("llama-3.1-8b", ["h100-sxm"], Workload(20, 1024, 128, 0.5, 0.015),
-                 tp_options=(1,), method="simulate", requests=150).gpus[0].best
-    assert loose is not None
-    assert tight is not None
+    loose = _best("llama-3.1-8b", WL, 1, 150)
+    tight = _best("llama-3.1-8b", Workload(20, 1024, 128, 0.5, 0.015), 1, 150)
     assert tight.requests_per_s_per_replica <= loose.requests_per_s_per_replica
 
 
@@ -156,9 +159,7 @@ def test_loose_targets_give_the_replica_throughput_not_a_burst_rate() -> None:
     # runs at once); before, a burst of the run's 100 requests set it (n / duration)
     loose = Workload(requests_per_s=1, prompt_len=512, output_len=64, ttft_target_s=1000.0,
                      tpot_target_s=10.0)
-    o = plan("llama-2-7b", ["h100-sxm"], loose, tp_options=(8,), method="simulate",
-             requests=100).gpus[0].best
-    assert o is not None
+    o = _best("llama-2-7b", loose, 8, 100)
     assert o.feasible
     assert o.limited_by.startswith("throughput")
     assert (o.replicas, o.gpus) == (1, 8)
