@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import perfmodel as pm
 from perfmodel.cli.main import main
 
 # H100 SXM datasheet figures, in SI: 989.4 TFLOP/s dense bf16, 3.35 TB/s, 80 GiB.
@@ -195,13 +196,13 @@ def test_specs_show_json_has_provenance_and_model_constants(
     data = json.loads(capsys.readouterr().out)
     rows = {r["figure"]: r for r in data["provenance"]}
     assert rows["kernel_overhead"]["provenance"].startswith("fitted: xla_matmul_perf_table.csv")
-    assert rows["kernel_overhead"]["value"] == pytest.approx(4.3e-6)
+    assert rows["kernel_overhead"]["value"] == pm.load_hardware("b200").efficiency.kernel_overhead
     assert data["spec"]["efficiency"]["provenance"]["compute.fp32"] == "family: h100-sxm"
     consts = data["model_constants"]
     assert consts["arch"] == "blackwell"
     assert consts["per_arch_count"] > 0
     names = [c["name"] for c in consts["headline"]]
-    assert names[:3] == ["graph_kernel_s.blackwell", "l2_capacity_fraction",
-                         "l2_bandwidth_fraction"]
+    assert names[:4] == ["graph_kernel_s.blackwell", "l2_capacity_fraction",
+                         "l2_bandwidth_fraction", "gemm_cta_bandwidth.blackwell"]
     assert "attn.flash2.efficiency.blackwell" in names
     assert all(c["provenance"] for c in consts["headline"])

@@ -791,11 +791,15 @@ def test_trtllm_model_decode_picks_mmha_only_without_grouped_heads() -> None:
 # ------------------------------------------------------------------------ monotonicity
 @pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "l40s", "h100-sxm", "b200", "mi300x", "t4",
                                  "arc-pro-b60"])
-def test_more_gemm_work_never_predicts_much_less_time(gpu: str) -> None:
-    """A dimension crossing a tile boundary may lower the time (more output tiles, more
-    CTAs pulling bandwidth): the model's sawtooth is bounded at 30 % and rare (< 0.2 % of
-    random unaligned pairs). Measured cuBLAS times saw more: in AIConfigurator's bf16 rows
-    the next larger m is >10 % faster in 2.5-5.5 % of steps, by up to 9× on L40S."""
+def test_more_gemm_work_never_predicts_less_time(gpu: str) -> None:
+    """Each candidate kernel's time grows with the work (a CTA's own bytes, the waves, the
+    traffic), so the fastest candidate's does too; the one exception is a deeper split-K
+    becoming eligible as k grows (each split keeps at least 128 of k), so any drop must
+    come with a change of split-K factor. (Measured cuBLAS times do drop: in
+    AIConfigurator's bf16 rows the next larger m is >10 % faster in 2.5-5.5 % of steps, by
+    up to 9× on L40S; the model no longer follows those.) Before each CTA moved its own
+    tile's bytes, the shared traffic divided among more CTAs made 0.03-0.15 % of these
+    random pairs faster, by up to 22 % (Arc Pro B60)."""
     rng = np.random.default_rng(7)
     hw = pm.load_hardware(gpu)
     dtype = "bf16" if "bf16" in hw.peaks else "fp16"
@@ -803,11 +807,11 @@ def test_more_gemm_work_never_predicts_much_less_time(gpu: str) -> None:
     grow = rng.uniform(1.0, 2.0, 4000)
     axis = rng.integers(0, 3, 4000)
     m2, n2, k2 = (np.where(axis == i, np.ceil(x * grow), x) for i, x in enumerate((m, n, k)))
-    a = np.asarray(predict(pm.Gemm(m=m, n=n, k=k, dtype=dtype), hw).latency_s)
-    b = np.asarray(predict(pm.Gemm(m=m2, n=n2, k=k2, dtype=dtype), hw).latency_s)
-    ratio = b / a
-    assert ratio.min() >= 0.70
-    assert np.mean(ratio < 0.95) <= 0.002
+    a = predict(pm.Gemm(m=m, n=n, k=k, dtype=dtype), hw)
+    b = predict(pm.Gemm(m=m2, n=n2, k=k2, dtype=dtype), hw)
+    drop = np.asarray(b.latency_s) < np.asarray(a.latency_s) * (1 - 1e-9)
+    split_changed = np.asarray(a.details["split_k"]) != np.asarray(b.details["split_k"])
+    assert np.all(split_changed[drop])
 
 
 @pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "l40s", "h100-sxm", "b200"])
@@ -963,3 +967,22 @@ def test_every_engine_predicts_attention_on_every_nvidia_gpu() -> None:
                                                              engine=engine)).latency_s)
                 assert 0.0 < t < 1.0, (hw.id, engine, phase, choice.impl)
     assert attention_kernel("sglang", "blackwell-consumer", "decode").impl == "flashinfer"
+
+
+def test_trtllm_prefill_charges_rope_only_to_models_with_rotary_embeddings() -> None:
+    """TensorRT-LLM applies RoPE in its attention pre-processing kernel, so a model without
+    rotary embeddings (ALiBi, learned positions) does not pay it there (it did: the same
+    prefill time with rotary=False)."""
+    from perfmodel.models.config import TransformerConfig, load_model
+
+    cfg = load_model("llama-3.1-8b")
+    no_rope = TransformerConfig(**{**cfg.model_dump(), "rotary": False, "name": "no-rope"})
+    kw: dict[str, Any] = {"phase": "prefill", "prompt_len": 8192, "engine": "trtllm"}
+    with_rope = {r.name: r for r in pm.predict_model(cfg, "h100-sxm", **kw).ops}
+    without = {r.name: r for r in pm.predict_model(no_rope, "h100-sxm", **kw).ops}
+    assert "rotary" not in without
+    assert float(without["attention"].latency_s) < float(with_rope["attention"].latency_s)
+    # every other op is the same
+    for name, row in without.items():
+        if name != "attention":
+            assert float(row.latency_s) == float(with_rope[name].latency_s)

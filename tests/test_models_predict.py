@@ -424,3 +424,19 @@ def test_arrays_that_do_not_broadcast_and_huge_ints_are_named() -> None:
     with pytest.raises(pm.PerfmodelError) as err:
         pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", prompt_len=10**400)
     assert err.value.field == "prompt_len"
+
+
+def test_calibrated_constants_reach_weight_only_gemm_compute() -> None:
+    """A calibrated profile's model constants replace the bundled ones in every prediction,
+    the mixed-input kernel of a weight-only GEMM included (its rate used the bundled
+    table: a 4× slower calibrated GEMM rate left int4 decode compute unchanged on a T4)."""
+    from perfmodel.calibrate.fit import apply_params
+
+    hw = pm.load_hardware("t4")
+    slow = apply_params(hw, {}, constants={"gemm.auto.none.efficiency": 0.25})
+    kw: dict[str, Any] = {"phase": "decode", "context_len": 512, "batch": 64,
+                          "weight_dtype": "int4"}
+    base = {r.name: r for r in pm.predict_model("llama-3.1-8b", hw, **kw).ops}["qkv_proj"]
+    cal = {r.name: r for r in pm.predict_model("llama-3.1-8b", slow, **kw).ops}["qkv_proj"]
+    assert base.bottleneck == "compute"  # the mixed-input kernel's rate sets it
+    assert float(cal.compute_s) == pytest.approx(4.0 * float(base.compute_s), rel=1e-6)

@@ -191,3 +191,19 @@ def test_math_is_slower_than_naive_where_fp32_is_slower() -> None:
     assert math_.details["impl"] == "math"
     # fp32 GEMMs on CUDA cores (67 of 989 TFLOP/s) and 4-byte scores: several times slower
     assert math_.latency_s > 3 * naive.latency_s
+
+
+def test_rotated_inputs_widen_a_warm_attention_footprint_only_when_they_rotate() -> None:
+    """A harness rotating ``copies`` KV caches and outputs reads the queries from one buffer
+    unless ``input_copies`` says they rotate too, as for a GEMM's inputs (the queries were
+    always multiplied: input_copies changed nothing for attention)."""
+    from perfmodel.timing import RunContext, predict
+
+    op = Attention(batch=1, heads=32, kv_heads=8, seq_q=512, seq_kv=512, head_dim=128,
+                      causal=True)
+    shared = RunContext(l2="warm", copies=4.0)
+    rotated = RunContext(l2="warm", copies=4.0, input_copies=True)
+    one = RunContext(l2="warm", copies=1.0)
+    m_shared, m_rotated, m_one = (float(predict(op, "h100-sxm", context=c).memory_s)
+                                  for c in (shared, rotated, one))
+    assert m_one < m_shared < m_rotated

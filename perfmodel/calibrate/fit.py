@@ -28,10 +28,11 @@ attention_efficiency   fused-attention tensor rate    log, [0.05, 2]
 Extended parameters (``params="extended"``, :data:`EXTENDED`), fitted after those above:
 
 ========================  ==========================  ==========================
-fill_waves                GEMM tile fill per waves    log, [0.05, 20]
+fill_waves                times the GEMM fill is paid log, [0.05, 20]
 cta_bandwidth             per-CTA bandwidth multiple  log, [0.1, 20]
 tile_efficiency_exponent  e → e^a of the tile menu    log, [0.2, 5]
-softmax_overlap           softmax/MMA overlap         linear, [0, 1]
+fa2_softmax_overlap       softmax/MMA overlap, FA2    linear, [0, 1]
+fa3_softmax_overlap       the same, FA3-class kernels linear, [0, 1]
 paged_prefill_efficiency  paged prefill rate          log, [0.1, 2]
 ========================  ==========================  ==========================
 
@@ -79,7 +80,9 @@ from perfmodel._limits import MAX_TABLE_POINTS
 from perfmodel.calibrate.data import Dataset
 from perfmodel.hardware.spec import Calibration, HardwareSpec
 from perfmodel.ops.cost import Array
+from perfmodel.timing import spec_constants
 from perfmodel.timing.constants import Constants
+from perfmodel.timing.kernels import gemm_cta_bandwidth
 from perfmodel.timing.knobs import knobs_for
 from perfmodel.timing.residual import (
     GP_SUFFIX,
@@ -123,7 +126,8 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
 #: softmax overlap, paged prefill rate): fitted only with ``params="extended"``.
 EXTENDED: dict[str, tuple[str, ...]] = {
     "gemm": ("tile_efficiency_exponent", "fill_waves", "cta_bandwidth"),
-    "attention": ("softmax_overlap", "paged_prefill_efficiency", "cta_bandwidth"),
+    "attention": ("fa2_softmax_overlap", "fa3_softmax_overlap", "paged_prefill_efficiency",
+                  "cta_bandwidth"),
     "stream": ("cta_bandwidth",),
 }
 #: Parameter sets :func:`fit_auto` chooses between.
@@ -134,9 +138,10 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "overhead_s": (1e-8, 1e-2), "overlap_p": (0.0, 2.0 / 3.0),
     "attention_efficiency": (0.05, 2.0), "fill_waves": (0.05, 20.0),
     "cta_bandwidth": (0.1, 20.0), "tile_efficiency_exponent": (0.2, 5.0),
-    "softmax_overlap": (0.0, 1.0), "paged_prefill_efficiency": (0.1, 2.0),
+    "fa2_softmax_overlap": (0.0, 1.0), "fa3_softmax_overlap": (0.0, 1.0),
+    "paged_prefill_efficiency": (0.1, 2.0),
 }
-_LINEAR = ("softmax_overlap",)
+_LINEAR = ("fa2_softmax_overlap", "fa3_softmax_overlap")
 _HARD_MAX_Q = 0.01
 _ROWS_PER_PARAM = 3
 
@@ -156,7 +161,8 @@ class KeyFit:
     success: bool
     message: str
     fixed: tuple[str, ...] = ()
-    """Parameters left at their default (too few rows to fit them)."""
+    """Parameters left at their default and not written: too few rows to fit them, or an
+    extended knob no row's prediction depends on."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,8 @@ def apply_params(hw: HardwareSpec, params: dict[str, dict[str, float]],
     return hw.model_copy(update={"calibration": cal})
 
 
-def _defaults(hw: HardwareSpec, family: str, dtype: str) -> dict[str, float]:
+def _defaults(hw: HardwareSpec, family: str, dtype: str,
+              constants: Constants | None = None) -> dict[str, float]:
     """The values ``hw`` gives the parameters of ``family/dtype`` now."""
     k = knobs_for(hw, family, dtype)  # type: ignore[arg-type]
     return {
@@ -230,10 +237,11 @@ def _defaults(hw: HardwareSpec, family: str, dtype: str) -> dict[str, float]:
         "overlap_p": k.overlap_p,
         "attention_efficiency": k.attention_efficiency,
         "fill_waves": k.fill_waves,
-        "cta_bandwidth": k.cta_bandwidth,
+        "cta_bandwidth": (gemm_cta_bandwidth(k, spec_constants(hw, constants))
+                          if family == "gemm" else k.cta_bandwidth),
         "tile_efficiency_exponent": k.tile_exponent,
-        "softmax_overlap": (k.fa3_softmax_overlap if k.family.flash_impl == "flash3"
-                            else k.softmax_overlap),
+        "fa2_softmax_overlap": k.softmax_overlap,
+        "fa3_softmax_overlap": k.fa3_softmax_overlap,
         "paged_prefill_efficiency": k.paged_prefill_efficiency,
     }
 
@@ -281,6 +289,32 @@ def _as_params(names: Sequence[str], u: Array) -> dict[str, float]:
     return out
 
 
+def _seen(hw: HardwareSpec, data: Dataset, family: str, key: str, names: Sequence[str],
+          defaults: dict[str, float], constants: Constants | None) -> tuple[str, ...]:
+    """``names`` less the extended knobs no row's prediction depends on: such a knob is
+    left out of the fit and of the calibration, since written at its starting value it
+    would replace what the uncalibrated kernels use (one attention ``cta_bandwidth``
+    replaces every kernel family's constant; rows of FA3-class kernels alone cannot see the
+    FA2-class overlap)."""
+    extended = [n for n in names if n in EXTENDED[family]]
+    if not extended:
+        return tuple(names)
+    start = {n: defaults[n] for n in names
+             if not (n == "overlap_p" and math.isinf(defaults[n]))}
+    base = data.predict(apply_params(hw, {key: start}), constants)
+    keep = list(names)
+    for n in extended:
+        lo, hi = _BOUNDS[n]
+        probe = min(max(defaults[n] * 1.5 if n not in _LINEAR else defaults[n] + 0.25, lo),
+                    hi)
+        if probe == defaults[n]:
+            probe = lo
+        moved = data.predict(apply_params(hw, {key: {**start, n: probe}}), constants)
+        if np.all(np.abs(moved - base) <= 1e-12 * np.abs(base)):
+            keep.remove(n)
+    return tuple(keep)
+
+
 def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
                f_scale: float = 0.1, prior: float = 0.02, max_nfev: int = 300,
                params: str = "basic", constants: Constants | None = None) -> KeyFit:
@@ -294,14 +328,14 @@ def fit_family(hw: HardwareSpec, data: Dataset, family: str, dtype: str, *,
         raise PerfmodelError("measurements", f"no rows for {family}/{dtype}",
                              "measure that family first")
     key = f"{family}/{dtype}"
-    defaults = _defaults(hw, family, dtype)
+    defaults = _defaults(hw, family, dtype, constants)
     if params not in PARAM_SETS:
         raise PerfmodelError("params", f"unknown parameter set {params!r}",
                              f"use one of {', '.join(PARAM_SETS)}")
     every = PARAMETERS[family] + (EXTENDED[family] if params == "extended" else ())
     n_free = max(1, min(len(every), len(data) // _ROWS_PER_PARAM))
-    names = every[:n_free]
-    fixed = every[n_free:]
+    names = _seen(hw, data, family, key, every[:n_free], defaults, constants)
+    fixed = tuple(n for n in every if n not in names)
     u0 = np.asarray([_to_u(n, defaults[n]) for n in names])
     lo = np.asarray([_u_bounds(n)[0] for n in names])
     hi = np.asarray([_u_bounds(n)[1] for n in names])

@@ -67,7 +67,8 @@ DEVICE_PARAMS: tuple[str, ...] = ("compute_fraction", "memory_fraction")
 #: fill, per-CTA bandwidth, tile efficiencies, softmax overlap, the paged prefill rate.
 FAMILY_PARAMS: tuple[str, ...] = ("overhead_s", "overlap_p", "attention_efficiency",
                                   "fill_waves", "cta_bandwidth", "tile_efficiency_exponent",
-                                  "softmax_overlap", "paged_prefill_efficiency")
+                                  "softmax_overlap", "fa2_softmax_overlap",
+                                  "fa3_softmax_overlap", "paged_prefill_efficiency")
 #: Constants no calibration fits: the plain GEMM library's rate is the device's achievable
 #: fraction itself (fitted as ``compute_fraction``, a device figure), so a family rate of
 #: its own would make the two indistinguishable.

@@ -277,8 +277,8 @@ def _efficiency_lines(hw: HardwareSpec) -> list[str]:
 
 def model_constants(arch: str) -> dict[str, Any]:
     """The model constants that apply to ``arch``: how many have a per-architecture name
-    (``<name>.<arch>``) and the headline ones (graph kernel cost, L2, each attention kernel
-    family's efficiency) with their values and provenance."""
+    (``<name>.<arch>``) and the headline ones (graph kernel cost, L2, GEMM per-CTA
+    bandwidth, each attention kernel family's efficiency) with their values and provenance."""
     import perfmodel.timing  # noqa: F401  (registers every constant)
     from perfmodel.timing.constants import PARAMS, arch_name, bundled_constants
 
@@ -287,7 +287,7 @@ def model_constants(arch: str) -> dict[str, Any]:
     families = [n.split(".")[1] for n in PARAMS
                 if n.startswith("attn.") and n.endswith(".efficiency") and n.count(".") == 2]
     names = [arch_name("graph_kernel_s", arch), "l2_capacity_fraction",
-             "l2_bandwidth_fraction",
+             "l2_bandwidth_fraction", arch_name("gemm_cta_bandwidth", arch),
              *(arch_name(f"attn.{f}.efficiency", arch) for f in families)]
     return {
         "arch": arch,

@@ -42,8 +42,7 @@ from perfmodel.models.graph import GraphOp
 from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
 from perfmodel.ops.registry import op_class
-from perfmodel.timing import RunContext, predict
-from perfmodel.timing.constants import bundled_constants
+from perfmodel.timing import RunContext, predict, spec_constants
 from perfmodel.timing.core import overlap
 from perfmodel.timing.kernels import gemm_efficiency
 from perfmodel.timing.knobs import Knobs, knobs_for
@@ -161,15 +160,16 @@ def _mixed_input_compute(p: Prediction, op: Gemm, hw: HardwareSpec, k: Knobs,
     group has ratio 1 and keeps c): min(c, 2·b·16⌈m/16⌉·n·k / R)
     for m ≤ 64 (:data:`MIXED_INPUT_ROWS`, :data:`MIXED_INPUT_PASS_ROWS`; m itself on a
     vector unit, which pads no rows; R the activation dtype's achievable rate from its
-    GEMM knobs ``k``, peak × compute fraction, × the GEMM class's efficiency in the bundled
-    constants), else the stand-in's c.
+    GEMM knobs ``k``, peak × compute fraction, × the GEMM class's efficiency in the model
+    constants the prediction used: bundled, with a calibrated profile's on top), else the
+    stand-in's c.
     Dequantisation is taken as hidden under the weight stream, as Marlin's measurements
     show it up to batch 32."""
     c = np.asarray(p.compute_s, dtype=np.float64)
     m = np.asarray(op.m, dtype=np.float64)
     # tensor cores compute whole 16-row blocks; a vector (SIMT) kernel only the rows
     rows = MIXED_INPUT_ROWS * np.ceil(m / MIXED_INPUT_ROWS) if k.unit == "tensor" else m
-    rate = k.rate * gemm_efficiency(op, bundled_constants(), hw.arch)
+    rate = k.rate * gemm_efficiency(op, spec_constants(hw), hw.arch)
     mixed = 2.0 * np.asarray(op.batch, dtype=np.float64) * rows \
         * np.asarray(op.n, dtype=np.float64) * np.asarray(op.k, dtype=np.float64) / rate
     return np.where((m <= MIXED_INPUT_PASS_ROWS) & (ratio < 1.0), np.minimum(c, mixed), c)
@@ -307,14 +307,15 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
         kinds[gi][oi] = name or op_class(cls).name
 
 
-def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str
+def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True
                 ) -> list[tuple[GraphOp, str | None]]:
     """``g`` as ``engine`` runs it on ``hw``, with a note (:func:`_engine_attention`,
     :func:`_with_engine`). An attention op's kernel depends on the point: points with
     another phase (seq_q = 1 or not) or GQA group (query heads over KV heads per GPU, which
     a TP sweep changes once KV heads replicate) get a copy of the op counted only there
     (0 elsewhere), each with its own kernel. Points where the op does not occur (count 0)
-    choose nothing and add no note."""
+    choose nothing and add no note. ``rotary``: the model applies RoPE (its graph has a
+    rotary op), which an engine may fuse into the attention call."""
     args = g.args
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
         return [_with_engine(g, hw, engine)]
@@ -331,28 +332,29 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str
                                                              occurs.ravel(), strict=True) if o})
     if len(keys) <= 1:
         d, gr = keys[0] if keys else (bool(np.all(decode)), float(np.max(group)))
-        op, note = _engine_attention(g, hw, engine, d, gr)
+        op, note = _engine_attention(g, hw, engine, d, gr, rotary)
         return [(op, note if keys else None)]
     out: list[tuple[GraphOp, str | None]] = []
     for d, gr in keys:
         mask = occurs & (decode == d) & (group == gr)
         part = dataclasses.replace(g, count=np.where(mask, count, 0.0))
-        out.append(_engine_attention(part, hw, engine, d, gr))
+        out.append(_engine_attention(part, hw, engine, d, gr, rotary))
     return out
 
 
 def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
-                      group: float) -> tuple[GraphOp, str]:
+                      group: float, rotary: bool = True) -> tuple[GraphOp, str]:
     """Attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`) in
     ``decode`` or prefill at GQA ``group``: its kernel, with the KV-cache write (and, for
-    TensorRT-LLM, RoPE) in a pre-processing kernel, in fp8 over an fp8 KV cache where the
-    kernel computes so. Returns the op and a note."""
+    TensorRT-LLM, RoPE, if the model has it: ``rotary``) in a pre-processing kernel, in fp8
+    over an fp8 KV cache where the kernel computes so. Returns the op and a note."""
     args = g.args
     head_dim = float(np.max(np.asarray(args["head_dim"])))
     kvd = str(args.get("kv_dtype") or args["dtype"])
     choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
                               head_dim, kvd, group)
-    new = {**args, "impl": choice.impl, "kv_write": choice.kv_write, "rope": choice.rope,
+    new = {**args, "impl": choice.impl, "kv_write": choice.kv_write,
+           "rope": choice.rope and rotary,
            "num_splits": choice.num_splits,
            "tensor_core_min_group": choice.tensor_core_min_group}
     new["dtype"] = choice.compute_dtype(str(args["dtype"]), hw.peaks)
@@ -407,8 +409,9 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
         engined = []
         for graph, shape in graphs:
             ops = []
+            rotary = any(g.kind is Rotary for g in graph)
             for g in graph:
-                for new, note in _engine_ops(g, hw, engine):
+                for new, note in _engine_ops(g, hw, engine, rotary):
                     if note and note not in notes:
                         notes.append(note)
                     ops.append(new)

@@ -34,14 +34,22 @@ class StreamTerms(NamedTuple):
     """CTAs as they share bandwidth: elements / 4096, at least 1. The kernel's time is a
     full CTA's 4096 elements at the per-CTA bandwidth, so a last, partial CTA adds only its
     share (with ⌈elements / 4096⌉ one element more would halve a one-CTA kernel's time)."""
+    cta_bytes: Any
+    """Bytes one CTA moves itself: its elements' share of the traffic, and all it reads of
+    the data every CTA shares (a norm's weights for the columns it covers)."""
 
 
 def stream_terms(numel: Any, read_elems: Any, write_elems: Any, s: float, vector_flops: Any,
-                 sfu_ops: Any, extra_bytes: Any = 0.0, ops: Ops = VECTOR) -> StreamTerms:
+                 sfu_ops: Any, extra_bytes: Any = 0.0, ops: Ops = VECTOR,
+                 shared_per_cta: Any = None) -> StreamTerms:
     """bytes = (read + written elements)·s + extra bytes; one CTA per 4096 elements, as a
-    bandwidth share (:attr:`StreamTerms.work_units`)."""
-    return StreamTerms(vector_flops, sfu_ops, (read_elems + write_elems) * s + extra_bytes,
-                       stream_ctas(numel, ops))
+    bandwidth share (:attr:`StreamTerms.work_units`). A CTA moves its elements' share of the
+    element traffic and of the extra bytes, or, where every CTA reads the extra bytes it
+    needs itself (``shared_per_cta``: those bytes), that instead of a share."""
+    ctas = stream_ctas(numel, ops)
+    elems = (read_elems + write_elems) * s
+    own = extra_bytes / ctas if shared_per_cta is None else shared_per_cta
+    return StreamTerms(vector_flops, sfu_ops, elems + extra_bytes, ctas, elems / ctas + own)
 
 
 def stream_ctas(numel: Any, ops: Ops = VECTOR) -> Any:
@@ -124,7 +132,10 @@ class Norm:
 
     Reads x and the weight (LayerNorm: and bias), writes y:
     bytes = s·(2·T·H + H·p) with p = 1 (RMS) or 2 (Layer). FLOPs per element: 4 (RMS: square,
-    add, scale, weight) or 7 (Layer: mean and variance too); one rsqrt per row.
+    add, scale, weight) or 7 (Layer: mean and variance too); one rsqrt per row. Each CTA
+    (4096 elements) reads the weights of the columns it covers itself, s·p·min(H, 4096, T·H)
+    bytes: more rows never spread them thinner (they made a 16-token norm faster than a
+    1-token one).
     """
 
     tokens: Array
@@ -157,7 +168,9 @@ class Norm:
         per = 4.0 if self.kind == "rms" else 7.0
         s = bytes_per_element(self.dtype)
         return stream_terms(numel, numel, numel, s, per * numel, tokens,
-                            extra_bytes=params * hidden * s, ops=ops)
+                            extra_bytes=params * hidden * s, ops=ops,
+                            shared_per_cta=params * s * ops.minimum(
+                                ops.minimum(hidden, _ELEMS_PER_CTA), numel))
 
     def cost(self) -> Cost:
         return _stream_cost(self.terms(self.tokens, self.hidden))

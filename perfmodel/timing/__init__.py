@@ -31,12 +31,13 @@ from perfmodel.timing.context import DEFAULT_CONTEXT, RunContext
 from perfmodel.timing.core import make_env, overlap, stream_time
 from perfmodel.timing.engine_costs import call_fixed_s, call_row_s, eager_host_s
 from perfmodel.timing.gemm import time_gemm
-from perfmodel.timing.kernels import gemm_efficiency
+from perfmodel.timing.kernels import gemm_cta_bandwidth, gemm_efficiency
 from perfmodel.timing.knobs import Knobs, clock_scale, knobs_for
 from perfmodel.timing.prediction import Prediction, as_value, make_prediction
 from perfmodel.timing.residual import apply_residual
 
-__all__ = ["Constants", "Prediction", "RunContext", "predict", "register_timer", "timer_for"]
+__all__ = ["Constants", "Prediction", "RunContext", "predict", "register_timer", "spec_constants",
+           "timer_for"]
 
 StreamOp = Elementwise | Norm | Activation | Rotary | Softmax | Embedding
 Op = Gemm | Attention | StreamOp | AllReduce
@@ -84,9 +85,7 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
         raise PerfmodelError("extra_overhead_s", f"must be ≥ 0, got {extra_overhead_s!r}",
                              "pass 0 for kernel-only time")
     ctx = context or DEFAULT_CONTEXT
-    consts = constants if constants is not None else bundled_constants()
-    if spec.calibration is not None and spec.calibration.constants:
-        consts = _calibrated(consts, spec.calibration.constants)
+    consts = spec_constants(spec, constants)
     floor = extra_overhead_s + ctx.floor_s
     timer = timer_for(op)
     host = ctx.host_s if ctx.host_s is not None else (
@@ -102,6 +101,15 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
 #: Merged constants by (bundled table, calibrated values): keyed by value (a table hashes
 #: its fitted values), so an equal profile loaded twice shares one entry; bounded.
 _MERGED: dict[tuple[Constants, tuple[tuple[str, float], ...]], Constants] = {}
+
+
+def spec_constants(spec: HardwareSpec, constants: Constants | None = None) -> Constants:
+    """The model constants predictions on ``spec`` use: ``constants`` (default: the bundled
+    fitted table) with the spec's calibrated profile's fitted constants, if any, on top."""
+    consts = constants if constants is not None else bundled_constants()
+    if spec.calibration is not None and spec.calibration.constants:
+        consts = _calibrated(consts, spec.calibration.constants)
+    return consts
 
 
 def _calibrated(base: Constants, values: dict[str, float]) -> Constants:
@@ -189,7 +197,8 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
     _check_dtype(spec, op.dtype)
     k = knobs_for(spec, "gemm", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
-    t = time_gemm(op, k, env, gemm_efficiency(op, consts, spec.arch))
+    t = time_gemm(op, k, env, gemm_efficiency(op, consts, spec.arch),
+                  gemm_cta_bandwidth(k, consts))
     main = make_prediction(
         op="gemm", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
         memory_s=t["memory_s"], overhead_s=t["overhead_s"], latency_s=t["latency_s"],
@@ -304,7 +313,9 @@ def _predict_stream(op: StreamOp, spec: HardwareSpec, ctx: RunContext,
         t = terms(*(getattr(op, f) for f in fields))
     compute = t.vector_flops / k.vector_op_rate + t.sfu_ops / k.sfu_rate
     footprint = t.bytes * (copies if env.input_copies else 1.0)
-    memory = stream_time(t.bytes, footprint, k, env, ctas=t.work_units, ops=ops)
+    # each CTA moves its own bytes at the per-CTA bandwidth c·BW/units
+    memory = stream_time(ops.maximum(t.bytes, t.cta_bytes * (k.units / k.cta_bandwidth)),
+                         footprint, k, env, ops=ops)
     overhead: Any = env.kernel_s  # one launch
     latency = overlap(compute, memory, k.overlap_p, ops) + overhead
     flops, bytes_ = 0.0 + t.vector_flops, t.bytes

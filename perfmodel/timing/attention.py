@@ -43,7 +43,8 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   add theirs to both.
 - **Memory.** :func:`perfmodel.ops.attention.flash_bytes` (Q once, O once, K/V once per query
   tile that misses L2) + split partials, at the bandwidth the active CTAs can pull (or from
-  L2 for a warm repeated call).
+  L2 for a warm repeated call, whose footprint is copies·(K/V + O) + Q, copies·Q where the
+  harness rotates its inputs too).
 - **Kernels.** The main kernel, the combine kernel when split; for the paged-KV entry point
   in decode with G > 1, two layout copies (Q in, O out).
 
@@ -336,10 +337,18 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # the fallback kernel of an over-large group reads each KV head once per query head
     kv = kv_bytes(batch, kv_heads, seq_kv, d, dv, s_kv)
     traffic = traffic + ops.where(fallback, (group - 1.0) * kv, 0.0) + partial
-    bytes_min = q_bytes(batch, heads, seq_q, d, s) + kv + o_bytes(batch, heads, seq_q, dv, s)
-    memory = stream_time(traffic, bytes_min * copies, k, env, ctas=ops.minimum(tiles, slots),
-                         ops=ops, cta_bandwidth=attn_constant(impl, "cta_bandwidth", arch,
-                                                              consts))
+    q = q_bytes(batch, heads, seq_q, d, s)
+    o = o_bytes(batch, heads, seq_q, dv, s)
+    bytes_min = q + kv + o
+    # a warm call's footprint: the harness rotates `copies` KV caches and outputs, and the
+    # queries too where it says so (RunContext.input_copies), as for a GEMM's operands
+    footprint = (kv + o) * copies + q * (copies if env.input_copies else 1.0)
+    # a calibrated per-CTA bandwidth (the spec's attention knob) before the family's
+    cta = k.calibrated_cta_bandwidth
+    if cta is None:
+        cta = attn_constant(impl, "cta_bandwidth", arch, consts)
+    memory = stream_time(traffic, footprint, k, env, ctas=ops.minimum(tiles, slots),
+                         ops=ops, cta_bandwidth=cta)
     launches = ops.where(splits > 1, 2.0, 1.0)
     if impl == "paged":
         # the KV-cache entry point packs the G query heads of a group into the row dimension

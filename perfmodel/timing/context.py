@@ -6,7 +6,8 @@ The same kernel costs different amounts depending on how it is launched and meas
   a profiler or tracer reports them: each kernel pays the spec's ``kernel_overhead``),
   ``graph`` (replayed from a CUDA graph, launch gaps removed: each kernel pays the smaller
   graph floor :data:`GRAPH_KERNEL_S`) or ``eager`` (dispatched from Python one call at a
-  time: the call takes at least the host's dispatch time ``host_s``);
+  time: the call takes at least the host's dispatch time ``host_s``, which defaults to the
+  engine's constant and to 0 without an engine);
 - ``l2``: ``cold`` (operands come from device memory: an L2 flush between samples, or
   other work in between, as for the weights of a real forward pass) or ``warm`` (the same
   call repeated with nothing in between: operands whose footprint fits the L2 are read

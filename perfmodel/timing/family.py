@@ -37,7 +37,11 @@ class FamilyParams:
         Loaded device-memory latency; a transfer costs latency + bytes / bandwidth.
     cta_bandwidth:
         Bandwidth one CTA can pull, as a multiple of the fair share BW/units: with few CTAs
-        the achievable bandwidth is min(1, CTAs·cta_bandwidth/units) of the full figure.
+        the achievable bandwidth is min(1, CTAs·cta_bandwidth/units) of the full figure
+        (streaming kernels).
+    gemm_cta_bandwidth:
+        The same for a GEMM CTA's own tile; None (GPU families): the fitted model constant
+        ``gemm_cta_bandwidth`` (:func:`perfmodel.timing.kernels.gemm_cta_bandwidth`).
     flash_impl:
         What ``impl="flash"`` means on this family (``flash2`` or ``flash3``).
     flash_efficiency:
@@ -53,7 +57,8 @@ class FamilyParams:
         Rate of the paged-KV kernel in prefill relative to the dense fused kernel
         (it computes the whole S_q×S_kv rectangle; see ``timing.attention``).
     fill_waves:
-        Non-overlapped tile fill/drain (first load, last store) paid per this many waves.
+        How many times a GEMM pays one wave's non-overlapped tile fill/drain (first load,
+        last store): it multiplies that fill time.
     sync_mma_fraction:
         Rate of the synchronous (warp-level ``mma.sync``) tensor-core path as a share of the
         dense peak, which on Hopper and Blackwell is reached only through the asynchronous
@@ -75,6 +80,7 @@ class FamilyParams:
     sfu_per_clock: float = 16.0
     memory_latency_s: float = 0.6e-6
     cta_bandwidth: float = 1.5
+    gemm_cta_bandwidth: float | None = None
     flash_impl: str = "flash2"
     flash_efficiency: float = 0.85
     softmax_overlap: float = 0.5
@@ -173,7 +179,8 @@ FAMILIES: Mapping[str, FamilyParams] = MappingProxyType({
     # CPU BLAS register-blocks a few rows at a time: skinny tiles keep a matrix-vector
     # product from being padded to 64 rows (it is memory-bound at any of these rates).
     "cpu": FamilyParams(tensor_tiles=_CPU_TILES, vector_tiles=_CPU_TILES,
-                        split_k=(1.0,), memory_latency_s=0.1e-6, cta_bandwidth=1.0),
+                        split_k=(1.0,), memory_latency_s=0.1e-6, cta_bandwidth=1.0,
+                        gemm_cta_bandwidth=1.0),
 })
 
 

@@ -14,6 +14,16 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
   written and read back (2·s·b·m·n·4 bytes) by a second kernel; it streams from DRAM, or
   from L2 for a warm repeated call whose footprint fits
   (:func:`perfmodel.timing.core.stream_time`);
+- per-CTA bandwidth: one CTA pulls at most c·BW/U (c the per-CTA multiple of the fair
+  share, :func:`perfmodel.timing.kernels.gemm_cta_bandwidth`), and each CTA moves its own
+  tile's bytes o, the operands of its r × q × ⌈k/s⌉ product with r = min(t_m, m) rows and
+  q = min(t_n, n) columns (:func:`perfmodel.ops.gemm.operand_bytes` of that shape: A's
+  rows and B's columns with their scales, the output tile and bias, fp32 partials instead
+  when split), panels it shares with other CTAs included: CTAs that start together wait
+  on the same misses, whatever L2 later saves in traffic. So t_memory = max(traffic,
+  o·U/c) at the stream rate + latency. A CTA's own bytes never shrink as the GEMM grows,
+  so neither does its time (dividing the shared traffic among the CTAs instead made a
+  976-row GEMM faster than a 64-row one);
 - tile fill: the first k-slab load and the last tile store of a wave are not overlapped
   with math: min(T, U·r)·((t_m + t_n)·min(64, ⌈k/s⌉)·s_in + t_m·t_n·s_out) bytes at the
   call's stream rate (DRAM, or partly L2 for a warm call whose footprint fits), + latency
@@ -41,17 +51,19 @@ A100 27 → 31-35 % after a refit).
 On a vector unit (SIMT: no tensor cores, or a dtype they do not take) a GEMM of m ≤ 16
 rows (:data:`GEMV_ROWS`) has one more candidate, a GEMV-style kernel (cuBLAS's gemv and
 small-n gemm paths: each thread keeps its rows' dot products in registers and streams the
-weights once): one launch, no split-K, the traffic of the best plain tile and
-t_compute = 2·b·m·n·k / R, as it pads no rows (:func:`_gemv`); it is taken where faster.
+weights once): one launch, no split-K, the traffic and fill of the plain tile that makes it
+fastest and t_compute = 2·b·m·n·k / R, as it pads no rows (:func:`_gemv_best`); it is taken
+where faster.
 A tensor core computes whole fragments; its padded tiles stay.
 
 The library is modelled as choosing the fastest candidate (the first of equals in menu
 order). The search prunes: a candidate's latency is at least
-max(t_compute, t_memory,min) + t_fill + launches·t_kernel, where t_memory,min streams the
-every-byte-once traffic A + B + C (+ split partials) at the candidate's CTA bandwidth; the
-three terms are cheap and exact but the tiled re-reads, so a candidate whose bound cannot
-beat the best so far is skipped. One formula (:func:`_parts`) serves plain floats (one shape)
-and numpy arrays (many); both give the same numbers.
+max(t_compute, t_memory,min) + t_fill + launches·t_kernel, where t_memory,min streams
+max(A + B + C (+ split partials), o'·U/c), o' = (r + q)·⌈k/s⌉·s_in (a CTA's own bytes
+without scales or output); the terms are cheap and exact but the tiled re-reads and those
+few bytes, so a candidate whose bound cannot beat the best so far is skipped. One formula
+(:func:`_parts`) serves plain floats (one shape) and numpy arrays (many); both give the
+same numbers.
 """
 
 from __future__ import annotations
@@ -112,8 +124,14 @@ class _Call:
     min_tm: float
     min_tn: float
     slots: float
+    s_in: float
+    s_out: float
+    quant: str
+    bias: bool
+    """Element sizes, scheme and bias of the operands (a CTA's own bytes, :func:`_own`)."""
     cta_share: float
-    """Per-CTA bandwidth over the units: bandwidth fraction = clip(CTAs·this, 1e-3, 1)."""
+    """Per-CTA bandwidth over the units, c/U: a CTA moves its own bytes o in at least
+    o·U/(c·BW) (:func:`_own`)."""
     bandwidth: float
     latency: float
     fill_waves: float
@@ -161,12 +179,14 @@ def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: in
     return tuple(out)
 
 
-def _call(k: Knobs, env: Env, rate: float, s_in: float, s_out: float,
-          split_k: bool = True) -> _Call:
-    return _call_cached(k.family, k.unit, k.tile_exponent, k.units, rate, s_in, s_out,
-                        k.achievable_bandwidth, k.cta_bandwidth, k.memory_latency_s,
+def _call(k: Knobs, env: Env, rate: float, op: Gemm, split_k: bool = True,
+          cta_bandwidth: float | None = None) -> _Call:
+    cta = k.cta_bandwidth if cta_bandwidth is None else cta_bandwidth
+    return _call_cached(k.family, k.unit, k.tile_exponent, k.units, rate,
+                        bytes_per_element(op.dtype), bytes_per_element(op.out_dtype),
+                        k.achievable_bandwidth, cta, k.memory_latency_s,
                         k.fill_waves, env.kernel_s, k.overlap_p, env.warm, env.l2_capacity,
-                        env.l2_bandwidth, split_k, k.tensor_share)
+                        env.l2_bandwidth, split_k, k.tensor_share, op.quant, op.bias)
 
 
 @functools.lru_cache(maxsize=512)
@@ -174,7 +194,8 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  s_in: float, s_out: float, bandwidth: float, cta_bandwidth: float,
                  latency: float, fill_waves: float, kernel_s: float, overlap_p: float,
                  warm: bool, l2_capacity: float, l2_bandwidth: float,
-                 split_k: bool = True, share: float = 1.0) -> _Call:
+                 split_k: bool = True, share: float = 1.0, quant: str = "none",
+                 bias: bool = False) -> _Call:
     key = (fam, unit, exponent, units, rate, s_in, s_out, share)
     plain = _tiles(*key[:2], False, *key[2:])
     splits = _tiles(*key[:2], True, *key[2:]) if split_k else ()
@@ -187,6 +208,7 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
     table.setflags(write=False)
     return _Call(plain=plain, splits=splits, min_tm=min(t.tm for t in plain),
                  min_tn=min(t.tn for t in plain), slots=units * fam.tiles_per_unit,
+                 s_in=s_in, s_out=s_out, quant=quant, bias=bias,
                  cta_share=cta_bandwidth / units, bandwidth=bandwidth, latency=latency,
                  fill_waves=fill_waves, kernel_s=kernel_s, overlap_p=overlap_p, warm=warm,
                  l2_capacity=l2_capacity, l2_bandwidth=l2_bandwidth, relieved=not split_k,
@@ -218,12 +240,12 @@ def _per_byte(call: _Call, footprint: Any, ops: Ops) -> Any:
     return (1.0 - h) / call.bandwidth + h / call.l2_bandwidth
 
 
-def _stream(call: _Call, bytes_: Any, per_byte: Any, frac: Any, ops: Ops) -> Any:
-    """Memory time of ``bytes_`` at bandwidth fraction ``frac`` (0 for no bytes)."""
+def _stream(call: _Call, bytes_: Any, per_byte: Any, ops: Ops) -> Any:
+    """Memory time of ``bytes_`` at the call's stream rate (0 for no bytes)."""
     if per_byte is None:
-        t = bytes_ / (call.bandwidth * frac) + call.latency
+        t = bytes_ / call.bandwidth + call.latency
     else:
-        t = bytes_ * per_byte / frac + call.latency
+        t = bytes_ * per_byte + call.latency
     return ops.where(bytes_ > 0, t, 0.0 * t)
 
 
@@ -232,8 +254,17 @@ def _per(call: _Call, per_byte: Any) -> Any:
     return 1.0 / call.bandwidth if per_byte is None else per_byte
 
 
-def _frac(call: _Call, conc: Any, ops: Ops) -> Any:
-    return ops.clip(conc * call.cta_share, 1e-3, 1.0)
+def _own(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, k_tile: Any, split: Any) -> Any:
+    """Bytes one CTA of candidate ``t`` moves itself: the operands of its r × q × ⌈k/s⌉
+    product, r = min(t_m, m), q = min(t_n, n) (:func:`perfmodel.ops.gemm.operand_bytes` of
+    that shape: A's r rows, B's q columns with their scales, its output tile and bias); a
+    split-K tile stores fp32 partials (4 bytes per element) instead."""
+    rows = ops.minimum(m, t.tm)
+    cols = ops.minimum(n, t.tn)
+    split_k = not (isinstance(split, bool) and not split)
+    a, w, c = operand_bytes(rows, cols, k_tile, 1.0, call.s_in, call.s_in, call.s_out, True,
+                            call.bias and not split_k, call.quant, ops)
+    return a + w + (4.0 * rows * cols if split_k else c)
 
 
 def _relief(call: _Call, t: _Tile, conc: Any, ops: Ops) -> Any:
@@ -267,7 +298,9 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
     traffic = tiled_traffic(a, w, c, fits, m, n, t.tm, t.tn, conc, ops)
     if split:  # split-K: fp32 partials written and read back by a reduce kernel
         traffic = traffic + (8.0 * t.split) * mn
-    memory = _stream(call, traffic, per_byte, _frac(call, conc, ops), ops)
+    # each CTA moves its own tile's bytes at the per-CTA bandwidth c·BW/U (module doc)
+    own = _own(ops, call, t, m, n, k_tile, split)
+    memory = _stream(call, ops.maximum(traffic, own / call.cta_share), per_byte, ops)
     if per_byte is None:  # a cold call's seconds per byte: one number, folded first
         per = 1.0 / call.bandwidth
         fill = (t.fill_in * per) * slab + t.fill_out * per
@@ -282,11 +315,11 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
             "overhead_s": overhead, "bytes": traffic, "waves": waves}
 
 
-def _stream_lb(call: _Call, bytes_: Any, per_byte: Any, frac: Any) -> Any:
+def _stream_lb(call: _Call, bytes_: Any, per_byte: Any) -> Any:
     """:func:`_stream` of a positive byte count (a lower bound needs no zero case)."""
     if per_byte is None:
-        return bytes_ / (call.bandwidth * frac) + call.latency
-    return bytes_ * per_byte / frac + call.latency
+        return bytes_ / call.bandwidth + call.latency
+    return bytes_ * per_byte + call.latency
 
 
 class _Shape:
@@ -296,6 +329,7 @@ class _Shape:
                  w: Any, c: Any, per_byte: Any) -> None:
         self.b = b
         self.kk = kk
+        self.m, self.n = m, n
         self.mn = b * m * n
         self.least = a + w + c
         self.per_byte = per_byte
@@ -311,10 +345,12 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     1 − 10⁻⁹ so that rounding never lifts it above the true latency."""
     tiles = (sh.b * t.split) * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
     conc = ops.minimum(tiles, call.slots)
-    compute = ops.ceil(tiles / call.slots) * t.tile_s * sh.k_split[t.split] \
-        * _relief(call, t, conc, ops)
+    k_tile = sh.k_split[t.split]
+    compute = ops.ceil(tiles / call.slots) * t.tile_s * k_tile * _relief(call, t, conc, ops)
     traffic = sh.least + (8.0 * t.split) * sh.mn if t.split > 1 else sh.least
-    memory = _stream_lb(call, traffic, sh.per_byte, _frac(call, conc, ops))
+    # a CTA's own bytes are at least its A rows' and B columns' elements (_own)
+    own = (ops.minimum(sh.m, t.tm) + ops.minimum(sh.n, t.tn)) * (call.s_in * k_tile)
+    memory = _stream_lb(call, ops.maximum(traffic, own / call.cta_share), sh.per_byte)
     fill = (t.fill_in * sh.slab[t.split] + t.fill_out) * _per(call, sh.per_byte)
     overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
     return (ops.maximum(compute, memory) + overhead) * _SLACK
@@ -328,7 +364,7 @@ def _split_bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     its stores alone: a split's k-slab may be shallower)."""
     tiles = sh.b * sh.tiles_m[t.tm] * sh.tiles_n[t.tn]
     compute = tiles * t.tile_s * t.eff * sh.kk / call.slots
-    memory = _stream_lb(call, sh.least + 16.0 * sh.mn, sh.per_byte, 1.0)
+    memory = _stream_lb(call, sh.least + 16.0 * sh.mn, sh.per_byte)
     conc = ops.minimum(2.0 * tiles, call.slots)
     fill = t.fill_out * _per(call, sh.per_byte)
     overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
@@ -345,10 +381,10 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
     fixed part of two launches), then by tile group (:func:`_split_bound`)."""
     ceil = math.ceil
     slots, share, lat, relieved = call.slots, call.cta_share, call.latency, call.relieved
-    fill_waves, kernel_s = call.fill_waves, call.kernel_s
+    fill_waves, kernel_s, s_in = call.fill_waves, call.kernel_s, call.s_in
     least = a + w + c
     mn = b * m * n
-    # seconds per byte at full bandwidth (times 1/frac at fewer CTAs)
+    # seconds per byte at full bandwidth
     per = 1.0 / call.bandwidth if per_byte is None else per_byte
     tiles_m = {tm: float(ceil(m / tm)) for tm in call.tile_ms}
     tiles_n = {tn: float(ceil(n / tn)) for tn in call.tile_ns}
@@ -360,9 +396,10 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         relief = (conc / slots if conc / slots > t.eff else t.eff) if relieved else 1.0
         k_tile = kk if split == 1.0 else float(ceil(kk / split))
         compute = ceil(tiles / slots) * t.tile_s * k_tile * relief
-        frac = conc * share
-        frac = 1e-3 if frac < 1e-3 else (1.0 if frac > 1.0 else frac)
-        memory = (least if split == 1.0 else least + 8.0 * split * mn) * per / frac + lat
+        traffic = least if split == 1.0 else least + 8.0 * split * mn
+        # at least its A rows' and B columns' elements (_own)
+        own = ((m if m < t.tm else t.tm) + (n if n < t.tn else t.tn)) * s_in * k_tile / share
+        memory = (traffic if traffic > own else own) * per + lat
         fill = (t.fill_in * (k_tile if k_tile < _K_SLAB else _K_SLAB) + t.fill_out) * per
         return ((compute if compute > memory else memory)
                 + (conc * fill + lat) * fill_waves + t.launches * kernel_s) * _SLACK
@@ -532,15 +569,20 @@ def _footprint(a: Any, w: Any, c: Any, env: Env, copies: Any) -> Any:
 
 
 def _one_shape(op: Gemm, call: _Call, env: Env, s_in: float, s_out: float,
-               l2: float) -> dict[str, Any]:
-    """:func:`time_gemm` of a scalar op, on floats; with its FLOPs and minimum bytes."""
+               l2: float, gemv_rate: float = 0.0) -> dict[str, Any]:
+    """:func:`time_gemm` of a scalar op, on floats; with its FLOPs and minimum bytes. A
+    ``gemv_rate`` > 0 times the GEMV-style kernel at that rate instead (:func:`_gemv_best`;
+    ``call`` without split-K)."""
     m, n, kk, b = float(op.m), float(op.n), float(op.k), float(op.batch)
     a, w, c = operand_bytes(m, n, kk, b, s_in, s_in, s_out, op.shared_b, op.bias, op.quant,
                             SCALAR)
     fits = (a / b + w / (1.0 if op.shared_b else b)) <= l2
     per_byte = _per_byte(call, _footprint(a, w, c, env, float(env.copies)), SCALAR) \
         if env.warm else None
-    out = _time_scalar(call, m, n, kk, b, a, w, c, fits, per_byte)
+    if gemv_rate > 0.0:
+        out = _gemv_best(SCALAR, call, m, n, kk, b, a, w, c, fits, per_byte, gemv_rate)
+    else:
+        out = _time_scalar(call, m, n, kk, b, a, w, c, fits, per_byte)
     out["flops"] = 2.0 * b * m * n * kk
     out["bytes_min"] = a + w + c
     return out
@@ -552,13 +594,43 @@ GEMV_ROWS = 16.0
 
 def _gemv(out: dict[str, Any], m: Any, n: Any, kk: Any, b: Any, rate: float, p: float,
           ops: Ops) -> dict[str, Any]:
-    """``out`` (the best plain candidate of shapes of m ≤ GEMV_ROWS on a vector unit) as
+    """``out`` (a plain candidate's parts for shapes of m ≤ GEMV_ROWS on a vector unit) as
     the GEMV-style kernel (module doc): c' = min(c, 2·b·m·n·k / R), latency −
     overlap(c, t_mem) + overlap(c', t_mem)."""
     c, mem = out["compute_s"], out["memory_s"]
     c2 = ops.minimum(c, 2.0 * b * m * n * kk / rate)
     lat = out["latency_s"] - overlap(c, mem, p, ops) + overlap(c2, mem, p, ops)
     return {**out, "compute_s": c2, "latency_s": lat}
+
+
+def _gemv_best(ops: Ops, call: _Call, m: Any, n: Any, kk: Any, b: Any, a: Any, w: Any,
+               c: Any, fits: Any, per_byte: Any, rate: float) -> dict[str, Any]:
+    """The GEMV-style kernel on the plain tile that makes it fastest (:func:`_gemv` of every
+    plain candidate of ``call``, the first of equals in menu order): its traffic and fill
+    are that tile's, its compute the unpadded rows'. (Taking the tile the padded kernel
+    would choose kept that tile's traffic: with every CTA moving its own B columns, a wide
+    tile made a batch of 251 one-row fp64 GEMMs on an MI355X 1.95× slower than 252.)"""
+    mn = b * m * n
+    if ops is SCALAR:
+        best: dict[str, Any] = {"latency_s": math.inf}
+        for t in call.plain:
+            g = _gemv(_parts(SCALAR, call, t, m, n, kk, b, mn, a, w, c, fits, per_byte),
+                      m, n, kk, b, rate, call.overlap_p, SCALAR)
+            if g["latency_s"] < best["latency_s"]:
+                best = {**g, "tile_m": t.tm, "tile_n": t.tn, "split_k": 1.0,
+                        "launches": t.launches}
+        return best
+    g = _gemv(_parts(VECTOR, call, call.plain_cols, m, n, kk, b, mn, a, w, c, fits, per_byte,
+                     False), m, n, kk, b, rate, call.overlap_p, VECTOR)
+    shape = (len(call.plain), m.size)
+    pick = np.argmin(np.broadcast_to(g["latency_s"], shape), axis=0)
+    cols = np.arange(m.size)
+    out = {name: np.array(np.broadcast_to(g[name], shape)[pick, cols], dtype=np.float64)
+           for name in _FIELDS}
+    table = call.table[pick]
+    out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
+    out["split_k"], out["launches"] = table[:, 3], table[:, 7]
+    return out
 
 
 def _search(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: Array,
@@ -576,16 +648,18 @@ def _search(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: A
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
-def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str, Any]:
+def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
+              cta_bandwidth: float | None = None) -> dict[str, Any]:
     """Best-candidate timing of the GEMM kernel of ``op`` (arrays shaped like the op's
     broadcast shape; floats for a scalar op; the activation-quantize stage, if any, is
     timed by the caller). ``efficiency`` scales the achievable rate for the op's kernel
-    family and scheme. On a vector unit a GEMV-style kernel is one more candidate for a
-    GEMM of few rows (:func:`_gemv`)."""
+    family and scheme; ``cta_bandwidth`` is the per-CTA bandwidth multiple (default: the
+    knobs'). On a vector unit a GEMV-style kernel is one more candidate for a GEMM of few
+    rows (:func:`_gemv`)."""
     s_in = bytes_per_element(op.dtype)
     s_out = bytes_per_element(op.out_dtype)
     rate = k.rate * efficiency
-    call = _call(k, env, rate, s_in, s_out, gemm_splits_k(op.impl))
+    call = _call(k, env, rate, op, gemm_splits_k(op.impl), cta_bandwidth)
     gemv = k.unit == "vector"
     l2 = k.l2_bytes
     shape = op.shape
@@ -593,9 +667,8 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str
         one = _one_shape(op, call, env, s_in, s_out, l2)
         if gemv and float(op.m) <= GEMV_ROWS:
             # the GEMV kernel: one launch, no split-K, the rows it has
-            plain = _call(k, env, rate, s_in, s_out, False)
-            g = _gemv(_one_shape(op, plain, env, s_in, s_out, l2), float(op.m), float(op.n),
-                      float(op.k), float(op.batch), rate, call.overlap_p, SCALAR)
+            plain = _call(k, env, rate, op, False, cta_bandwidth)
+            g = _one_shape(op, plain, env, s_in, s_out, l2, rate)
             if g["latency_s"] < one["latency_s"]:
                 return g
         return one
@@ -611,10 +684,14 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0) -> dict[str
     flat = _search(call, m, n, kk, b, a, w, c, fits, per_byte)
     few = np.flatnonzero(m <= GEMV_ROWS) if gemv else np.empty(0, dtype=np.intp)
     if few.size:
-        plain = _call(k, env, rate, s_in, s_out, False)
-        sub = _search(plain, m[few], n[few], kk[few], b[few], a[few], w[few], c[few],
-                      fits[few], None if per_byte is None else per_byte[few])
-        g = _gemv(sub, m[few], n[few], kk[few], b[few], rate, call.overlap_p, VECTOR)
+        plain = _call(k, env, rate, op, False, cta_bandwidth)
+        parts = []
+        for i in range(0, few.size, _CHUNK):
+            sl = few[i:i + _CHUNK]
+            parts.append(_gemv_best(VECTOR, plain, m[sl], n[sl], kk[sl], b[sl], a[sl], w[sl],
+                                    c[sl], fits[sl],
+                                    None if per_byte is None else per_byte[sl], rate))
+        g = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
         take = g["latency_s"] < flat["latency_s"][few]
         better = few[take]
         for key in flat:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfmodel._xp import VECTOR, Ops
 from perfmodel.engines import ENGINES
@@ -27,9 +27,13 @@ from perfmodel.timing.constants import (
     register_kin,
 )
 
-__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_UNSPLIT", "OVERLAPPED_SOFTMAX",
-           "QUANTIZED_GEMM", "AttentionFamily", "attention_class", "attention_family",
-           "attn_constant", "attn_name", "decode_rows_scale", "gemm_efficiency",
+if TYPE_CHECKING:
+    from perfmodel.timing.knobs import Knobs
+
+__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_CTA_BANDWIDTH", "GEMM_UNSPLIT",
+           "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM", "AttentionFamily", "attention_class",
+           "attention_family", "attn_constant", "attn_name", "decode_rows_scale",
+           "gemm_cta_bandwidth", "gemm_efficiency",
            "gemm_efficiency_name", "gemm_splits_k", "tile_efficiency", "tile_time_scale"]
 
 
@@ -92,6 +96,33 @@ GEMM_UNSPLIT: frozenset[str] = frozenset({"cutlass", "deepgemm", "cutedsl", "tri
 def gemm_splits_k(impl: str) -> bool:
     """Whether GEMM family ``impl`` may split K over extra CTAs (``GEMM_UNSPLIT``)."""
     return impl not in GEMM_UNSPLIT
+
+
+#: Per-CTA bandwidth of GEMM kernels (:mod:`perfmodel.timing.gemm`), refined per
+#: architecture; fitted in the plain-GEMM stage of ``scripts/fit_constants.py``.
+GEMM_CTA_BANDWIDTH = "gemm_cta_bandwidth"
+register(
+    Param(GEMM_CTA_BANDWIDTH, 1.5, 0.3, 20.0, "× fair share",
+          "device-memory bandwidth one GEMM CTA pulls for its own tile (its A rows, B "
+          "columns and output), as a multiple of the fair share BW/SMs: how many loads its "
+          "pipeline keeps in flight. Every CTA moves its own tile's bytes, shared panels "
+          "included (CTAs that start together wait on the same misses), so a kernel of few "
+          "CTAs takes at least own bytes / (this·BW/SMs). Prior: 1.5."),
+    *(Param(arch_name(GEMM_CTA_BANDWIDTH, a), 1.5, 0.3, 20.0, "× fair share",
+            f"{GEMM_CTA_BANDWIDTH} on {a} GPUs (load pipelines differ by architecture: "
+            "cp.async, TMA).", parent=GEMM_CTA_BANDWIDTH) for a in ARCH_FAMILIES),
+)
+
+
+def gemm_cta_bandwidth(k: Knobs, consts: Constants) -> float:
+    """Per-CTA bandwidth multiple of a GEMM kernel with knobs ``k``: a calibrated value
+    first, then the device family's own (``FamilyParams.gemm_cta_bandwidth``: the CPU's),
+    else the model constant (most specific of gemm_cta_bandwidth.<arch>)."""
+    if k.calibrated_cta_bandwidth is not None:
+        return k.calibrated_cta_bandwidth
+    if k.family.gemm_cta_bandwidth is not None:
+        return k.family.gemm_cta_bandwidth
+    return consts[arch_name(GEMM_CTA_BANDWIDTH, k.arch)]
 
 
 def gemm_efficiency(op: Gemm, consts: Constants, arch: str = "") -> float:

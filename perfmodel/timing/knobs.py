@@ -8,12 +8,15 @@ Calibration parameter names (all optional, per key ``"<family>/<dtype>"`` or ``"
 - ``overhead_s``: fixed cost per kernel, s;
 - ``overlap_p``: p of the smooth maximum (t_c^p + t_m^p)^(1/p); absent = hard max;
 - ``attention_efficiency``: fused-attention tensor efficiency relative to compute_fraction;
-- ``fill_waves``: GEMM tile fill/drain paid per this many waves (family default);
+- ``fill_waves``: how many times a GEMM pays its wave's non-overlapped tile fill/drain
+  (multiplies it; family default 1);
 - ``cta_bandwidth``: bandwidth one CTA can pull, a multiple of the fair share BW/units;
 - ``tile_efficiency_exponent``: a, GEMM tile efficiencies e of the family menu become e^a
   (a > 1: small tiles lose more of the rate; default 1);
-- ``softmax_overlap``: overlap of softmax with the matrix work in fused attention, 0–1
-  (replaces the family's FA2 and FA3 values);
+- ``fa2_softmax_overlap``, ``fa3_softmax_overlap``: overlap of softmax with the matrix
+  work in fused attention, 0–1, of the FA2-class kernels (softmax serialised with the MMAs)
+  and of the FA3-class ones (overlapped) apart; ``softmax_overlap`` (profiles written
+  before the split) sets both;
 - ``paged_prefill_efficiency``: rate of the paged-KV kernel in prefill relative to the
   dense fused kernel.
 
@@ -72,6 +75,9 @@ class Knobs:
     """Tile fill/drain paid per this many waves (family default or calibrated)."""
     cta_bandwidth: float = 1.5
     """Per-CTA bandwidth, multiple of the fair share BW/units."""
+    calibrated_cta_bandwidth: float | None = None
+    """``cta_bandwidth`` where the spec's calibration sets it (None: not calibrated; a
+    GEMM then takes the model constant, :func:`perfmodel.timing.kernels.gemm_cta_bandwidth`)."""
     tile_exponent: float = 1.0
     """Exponent applied to the relative efficiencies of the GEMM tile menu."""
     softmax_overlap: float = 0.5
@@ -139,6 +145,7 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
     overlap_p = math.inf
     attn_eff = fam.flash_efficiency
     fill_waves, cta_bw, tile_exp = fam.fill_waves, fam.cta_bandwidth, 1.0
+    cta_cal: float | None = None
     soft_ov, fa3_ov = fam.softmax_overlap, fam.fa3_softmax_overlap
     paged = fam.paged_prefill_efficiency
     cal = hw.calibration
@@ -151,11 +158,14 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
             overlap_p = params.get("overlap_p", overlap_p)
             attn_eff = params.get("attention_efficiency", attn_eff)
             fill_waves = params.get("fill_waves", fill_waves)
-            cta_bw = params.get("cta_bandwidth", cta_bw)
+            cta_cal = params.get("cta_bandwidth", cta_cal)
             tile_exp = params.get("tile_efficiency_exponent", tile_exp)
             if "softmax_overlap" in params:
                 soft_ov = fa3_ov = params["softmax_overlap"]
+            soft_ov = params.get("fa2_softmax_overlap", soft_ov)
+            fa3_ov = params.get("fa3_softmax_overlap", fa3_ov)
             paged = params.get("paged_prefill_efficiency", paged)
+    cta_bw = cta_bw if cta_cal is None else cta_cal
     clock = _clock_ratio(hw, unit)
     if "fp32" in hw.peaks and hw.peaks["fp32"].unit == "vector":
         vec_peak = hw.peaks["fp32"].peak
@@ -173,7 +183,8 @@ def _resolve(hw: HardwareSpec, op_family: OpFamily, dtype: DType) -> Knobs:
                                                 * fam.l2_bytes_per_clock),
         smem_per_unit=hw.memory.smem_per_unit or 64 * 1024.0,
         overlap_p=overlap_p, attention_efficiency=attn_eff, family=fam, arch=hw.arch,
-        fill_waves=fill_waves, cta_bandwidth=cta_bw, tile_exponent=tile_exp,
+        fill_waves=fill_waves, cta_bandwidth=cta_bw, calibrated_cta_bandwidth=cta_cal,
+        tile_exponent=tile_exp,
         softmax_overlap=soft_ov, fa3_softmax_overlap=fa3_ov, paged_prefill_efficiency=paged,
         memory_latency_s=(hw.memory.latency if hw.memory.latency is not None
                           else fam.memory_latency_s),
