@@ -42,7 +42,10 @@ def test_trtllm_gen_decode_tiles_are_xqas_until_measured() -> None:
                    "attn.persistent.tile_s": 7e-6, EFF.format("persistent"): 1.2,
                    "attn.persistent.cta_bandwidth": 1.9})
     gen = "attn.trtllm-gen."
-    assert c[gen + "decode_tile_s.blackwell.vllm"] == 4e-6
+    # on Blackwell XQA's Hopper value (its predecessor), on Ada (whose predecessor has
+    # no value) its mean
+    assert c[gen + "decode_tile_s.blackwell.vllm"] == 3e-6
+    assert c[gen + "decode_tile_s.ada.vllm"] == 4e-6
     assert c[gen + "decode_tile_s.hopper"] == 3e-6
     assert "kin kernel family" in c.provenance(gen + "decode_tile_s.blackwell")
     assert c[gen + "efficiency.blackwell.trtllm"] == 1.2  # the persistent class's
@@ -70,7 +73,10 @@ def test_an_unmeasured_family_takes_its_kins_values_case_for_case() -> None:
     fi = EFF.format("flashinfer")
     assert c[fi + ".ampere.sglang"] == 0.9
     assert c[fi + ".ampere.vllm"] == 0.8
-    assert c[fi + ".ada.sglang"] == 0.7  # FA2's own chain: its family value on Ada
+    # FA2's own chain: on Ada its value on Ampere (its predecessor), on Hopper (no
+    # predecessor) its family value
+    assert c[fi + ".ada.sglang"] == 0.9
+    assert c[fi + ".hopper.sglang"] == 0.7
     assert "kin kernel family" in c.provenance(fi + ".ampere.sglang")
     # a family without declared kin keeps its class's value
     assert c[EFF.format("xqa")] == 0.3
@@ -172,7 +178,8 @@ def test_an_unmeasured_vendor_library_fp8_gemm_takes_cublas_rate() -> None:
                    "gemm.cutlass.per-tensor.efficiency": 0.5,
                    "gemm.quantized.efficiency": 0.6})
     assert c["gemm.auto.per-tensor.efficiency.hopper"] == 0.95
-    assert c["gemm.auto.per-tensor.efficiency.blackwell"] == 0.8
+    assert c["gemm.auto.per-tensor.efficiency.blackwell"] == 0.95  # Hopper's: its predecessor
+    assert c["gemm.auto.per-tensor.efficiency.ada"] == 0.8
     assert c["gemm.auto.per-tensor.efficiency"] == 0.8
     assert "cublas" in c.provenance("gemm.auto.per-tensor.efficiency.hopper")
     fitting = dataclasses.replace(c, kin=False)

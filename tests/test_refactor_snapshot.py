@@ -4,11 +4,12 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken with GEMM CTAs moving their own tiles' bytes at a fitted per-CTA bandwidth (and
-the refit of the constants that came with it); the deliberate changes the previous record
-allowed as exceptions (an engine's per-row attention phase, the mixed-input kernel of
-weight-only decode GEMMs, vector-unit GEMV kernels, streaming kernels' CTA count) are part
-of this record.
+last retaken when kernel-design constants with no value fitted for their architecture began
+to take their predecessor architecture's (timing.constants.ARCH_PREDECESSOR: XQA on a B200
+takes Hopper's constants, FlashAttention-2 on an L4 Ampere's where Ada has none); before
+that with GEMM CTAs moving their own tiles' bytes at a fitted per-CTA bandwidth (and the
+refit that came with it), whose record took in the deliberate changes earlier records
+allowed as exceptions.
 """
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 from perfmodel._errors import PerfmodelError
 
-__all__ = ["ARCH_FAMILIES", "KIN", "KIN_EXCLUDED", "PARAMS", "REFERENCE_CLOCK_HZ", "Constants",
-           "Param", "arch_name", "bundled_constants", "fitted_path", "register",
-           "register_kin"]
+__all__ = ["ARCH_FAMILIES", "ARCH_PREDECESSOR", "KIN", "KIN_EXCLUDED", "PARAMS",
+           "PREDECESSOR_PREFIXES", "REFERENCE_CLOCK_HZ", "Constants", "Param", "arch_name",
+           "bundled_constants", "fitted_path", "register", "register_kin"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,22 @@ REFERENCE_CLOCK_HZ = 1.5e9
 
 #: Architecture families with their own value of the per-architecture constants.
 ARCH_FAMILIES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
+#: The predecessor of the same SM design: Ada of Ampere (SM 8.x: synchronous warp-level MMA,
+#: cp.async loads), Blackwell of Hopper (TMA loads, asynchronous MMA, warp-specialised
+#: persistent kernels, 228 KiB of shared memory per SM).
+ARCH_PREDECESSOR: Mapping[str, str] = MappingProxyType({"ada": "ampere",
+                                                        "blackwell": "hopper"})
+#: Name prefixes of the constants that describe a kernel's design on an SM (attention
+#: kernel families' rates, tile times, overlap and per-CTA bandwidth; GEMM families' rates
+#: and the GEMM per-CTA bandwidth). One of these with no value fitted for its own
+#: architecture takes its predecessor's (:data:`ARCH_PREDECESSOR`), where that was fitted,
+#: before the mean over every architecture (its parent): kernels move forward, a new
+#: architecture first running its predecessor's kernel designs built for it, so its costs
+#: are nearer the predecessor's than that mean. Not backwards: an older architecture cannot
+#: run what the newer designs are built on (fp8 MMA on Ada; tcgen05 and tensor memory on
+#: Blackwell), so it keeps the mean; and the device's and the host's constants (the graph
+#: kernel floor, engines' per-call costs) keep the mean too.
+PREDECESSOR_PREFIXES: tuple[str, ...] = ("attn.", "gemm.", "gemm_cta_bandwidth")
 
 
 def arch_name(name: str, arch: str) -> str:
@@ -151,9 +168,12 @@ class Constants:
     on: predictions of those rows are in-sample."""
 
     kin: bool = True
-    """Whether the constants of a kernel family with no fitted value at all are its kin's
-    (:data:`KIN`) before its class's. Fits turn it off while they run, so that no family's
-    rows move another's constants during a fit; the tables they return have it on."""
+    """Whether the stand-ins are on: the constants of a kernel family with no fitted value
+    at all are its kin's (:data:`KIN`) before its class's, and a kernel-design constant
+    with no fitted value for its architecture is its predecessor architecture's
+    (:data:`ARCH_PREDECESSOR`) before the mean. Fits turn them off while they run, so that no
+    family's or architecture's rows move another's constants during a fit; the tables
+    they return have them on."""
 
     def __post_init__(self) -> None:
         # values resolved through the parent chain, memoised: the table is immutable, so an
@@ -177,10 +197,31 @@ class Constants:
         except KeyError:
             raise PerfmodelError("constant", f"unknown model constant {name!r}",
                                  "see perfmodel.timing.constants.PARAMS") from None
+        earlier = self._predecessor(name)
+        if earlier is not None:
+            return self.fitted[earlier]
         kin = self._kin(name)
         if kin is not None:
             return self[kin]
         return self[p.parent] if p.parent is not None else p.default
+
+    def _predecessor(self, name: str) -> str | None:
+        """The same constant for the predecessor architecture (:data:`ARCH_PREDECESSOR`)
+        where ``name`` is a kernel-design constant (:data:`PREDECESSOR_PREFIXES`) refined
+        for an architecture and the predecessor's value was fitted (else None; None too
+        while a fit runs, ``kin`` off)."""
+        if not self.kin or not name.startswith(PREDECESSOR_PREFIXES):
+            return None
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            if part not in ARCH_FAMILIES:
+                continue
+            other = ARCH_PREDECESSOR.get(part)
+            if other is not None:
+                cand = ".".join([*parts[:i], other, *parts[i + 1:]])
+                return cand if cand in self.fitted else None
+            return None
+        return None
 
     def _has_fitted(self, prefix: str) -> bool:
         """Whether any fitted name starts with ``prefix`` (memoised)."""
@@ -212,6 +253,10 @@ class Constants:
         """Where the value of ``name`` comes from."""
         if name in self.fitted:
             return self.sources.get(name, "fitted")
+        earlier = self._predecessor(name)
+        if earlier is not None:
+            return f"as {earlier} (its predecessor architecture of the same SM design, " \
+                "measured where this one was not): " + self.provenance(earlier)
         kin = self._kin(name)
         if kin is not None:
             return f"as {kin} (its kin kernel family, measured where it was not): " + \
