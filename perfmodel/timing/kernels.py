@@ -59,8 +59,9 @@ register(*(
 ))
 #: The same quantized-GEMM source builds a different kernel per architecture (mma.sync
 #: fp8 on Ada, warpgroup MMA on Hopper, tcgen05 on Blackwell): each scheme's rate is
-#: refined per architecture; an architecture nobody measured takes the family's (the mean
-#: of its fitted architectures).
+#: refined per architecture; an architecture nobody measured takes its predecessor's
+#: (:data:`perfmodel.timing.constants.ARCH_PREDECESSOR`) where that was measured, else the
+#: family's (the mean of its fitted architectures).
 register(*(
     Param(arch_name(gemm_efficiency_name(impl, quant), a), 1.0, 0.2, 1.5, "× achievable rate",
           f"{gemm_efficiency_name(impl, quant)} on {a} GPUs.", "linear",
