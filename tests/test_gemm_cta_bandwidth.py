@@ -3,7 +3,9 @@
 Expected values are derived here from the definition: a CTA of a t_m × t_n tile reads
 min(t_m, m) rows of A and min(t_n, n) columns of B over all of k and writes its output
 tile; with few CTAs the memory time is those bytes over the per-CTA bandwidth
-c·BW·η/SMs (η the spec's achievable memory fraction), plus the loaded memory latency.
+c·BW·η/SMs (η the spec's achievable memory fraction), plus the loaded memory latency. For
+a kernel family that never splits K (the engines' own kernels) the per-CTA rate is its
+pipeline's, f·smem_per_SM / memory latency (Little's law), whatever the device's bandwidth.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from perfmodel.timing.constants import Constants
 from perfmodel.timing.knobs import knobs_for
 
 C_HOPPER = 2.0
-CONSTS = Constants().with_values({"gemm_cta_bandwidth.hopper": C_HOPPER}, "test")
+F_CUTLASS = 0.3
+CONSTS = Constants().with_values({"gemm_cta_bandwidth.hopper": C_HOPPER,
+                                  "gemm.cutlass.per-tensor.cta_inflight.hopper": F_CUTLASS},
+                                 "test")
 
 
 def _gemm_stage(p: pm.Prediction) -> pm.Prediction:
@@ -37,10 +42,64 @@ def test_a_few_ctas_move_their_own_tiles_at_the_per_cta_bandwidth() -> None:
     # a few CTAs (≤ 8 tiles): their bytes at c/132 of the bandwidth exceed all the traffic
     assert (m / rows) * (n / cols) <= 8
     own = rows * k * 1 + cols * k * 1 + rows * cols * 2  # fp8 A rows, B columns; bf16 out
-    bw = hw.memory.bandwidth * hw.efficiency.memory
     latency = knobs_for(hw, "gemm", "fp8").memory_latency_s
-    expected = own / (C_HOPPER * bw / hw.compute.units) + latency
+    # CUTLASS never splits K: its CTA pulls f·smem_per_SM / latency (228 KiB per SM)
+    smem = 228 * 1024
+    expected = own / (F_CUTLASS * smem / latency) + latency
     assert float(g.memory_s) == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_splitting_library_keeps_the_architectures_multiple_of_the_fair_share() -> None:
+    """cuBLAS-class kernels (``auto``) take gemm_cta_bandwidth.<arch>·BW/SMs: a single
+    16-row tile over a short k (no split-K below 2 × 128 of k) on an H100."""
+    hw = pm.load_hardware("h100-sxm")
+    op = pm.Gemm(m=16, n=64, k=192, dtype="bf16")
+    g = _gemm_stage(predict(op, hw, constants=CONSTS))
+    assert float(g.details["split_k"]) == 1.0
+    rows = min(float(g.details["tile_m"]), 16)
+    cols = min(float(g.details["tile_n"]), 64)
+    own = (rows * 192 + cols * 192 + rows * cols) * 2
+    bw = hw.memory.bandwidth * hw.efficiency.memory
+    latency = knobs_for(hw, "gemm", "bf16").memory_latency_s
+    expected = max(own / (C_HOPPER * bw / hw.compute.units), (16 * 192 + 192 * 64 + 16 * 64) * 2
+                   / bw) + latency
+    assert float(g.memory_s) == pytest.approx(expected, rel=1e-9)
+
+
+def test_an_unsplit_kernels_ctas_pull_what_their_pipeline_holds_not_a_share_of_the_bandwidth(
+        ) -> None:
+    """A one-CTA DeepGEMM call over a long k takes the same memory time on an H100 with
+    twice the memory bandwidth (the CTA's rate is f·smem/latency), and twice the time with
+    half the in-flight share; a cuBLAS-class call of one tile gets faster with the
+    bandwidth."""
+    hw = pm.load_hardware("h100-sxm")
+    fast = hw.model_copy(update={"memory": hw.memory.model_copy(
+        update={"bandwidth": 2.0 * hw.memory.bandwidth})})
+    op = pm.Gemm(m=1, n=128, k=65536, dtype="fp8", quant="block", out_dtype="bf16",
+                 impl="deepgemm")
+    name = "gemm.deepgemm.block.cta_inflight.hopper"
+
+    def mem(spec: Any, f: float, gemm: pm.Gemm = op) -> float:
+        c = Constants().with_values({name: f}, "test")
+        return float(_gemm_stage(predict(gemm, spec, constants=c)).memory_s)
+
+    lat = knobs_for(hw, "gemm", "fp8").memory_latency_s
+    assert mem(fast, 0.4) == pytest.approx(mem(hw, 0.4), rel=1e-9)
+    assert mem(hw, 0.2) - lat == pytest.approx(2.0 * (mem(hw, 0.4) - lat), rel=1e-9)
+    plain = pm.Gemm(m=16, n=64, k=192, dtype="bf16")
+    assert mem(fast, 0.4, plain) < 0.9 * mem(hw, 0.4, plain)
+
+
+def test_a_calibrated_cta_bandwidth_replaces_the_pipeline_rate() -> None:
+    from perfmodel.calibrate.fit import apply_params
+
+    hw = pm.load_hardware("h100-sxm")
+    op = pm.Gemm(m=1, n=128, k=65536, dtype="fp8", quant="block", out_dtype="bf16",
+                 impl="deepgemm")
+    slow = apply_params(hw, {"gemm/fp8": {"cta_bandwidth": 0.5}})
+    fast = apply_params(hw, {"gemm/fp8": {"cta_bandwidth": 5.0}})
+    t_slow, t_fast = (float(_gemm_stage(predict(op, h)).memory_s) for h in (slow, fast))
+    assert t_slow > 5.0 * t_fast
 
 
 def test_ctas_sharing_a_panel_each_wait_for_all_of_it() -> None:

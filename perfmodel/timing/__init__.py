@@ -198,7 +198,7 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
     k = knobs_for(spec, "gemm", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
     t = time_gemm(op, k, env, gemm_efficiency(op, consts, spec.arch),
-                  gemm_cta_bandwidth(k, consts))
+                  gemm_cta_bandwidth(k, consts, op))
     main = make_prediction(
         op="gemm", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
         memory_s=t["memory_s"], overhead_s=t["overhead_s"], latency_s=t["latency_s"],

@@ -15,7 +15,9 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
   from L2 for a warm repeated call whose footprint fits
   (:func:`perfmodel.timing.core.stream_time`);
 - per-CTA bandwidth: one CTA pulls at most c·BW/U (c the per-CTA multiple of the fair
-  share, :func:`perfmodel.timing.kernels.gemm_cta_bandwidth`), and each CTA moves its own
+  share, :func:`perfmodel.timing.kernels.gemm_cta_bandwidth`; for a family that never
+  splits K, c·BW/U = f·smem_per_SM / memory latency, its pipeline's in-flight bytes over
+  the latency), and each CTA moves its own
   tile's bytes o, the operands of its r × q × ⌈k/s⌉ product with r = min(t_m, m) rows and
   q = min(t_n, n) columns (:func:`perfmodel.ops.gemm.operand_bytes` of that shape: A's
   rows and B's columns with their scales, the output tile and bias, fp32 partials instead

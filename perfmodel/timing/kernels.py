@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from perfmodel.timing.knobs import Knobs
 
 __all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_CTA_BANDWIDTH", "GEMM_UNSPLIT",
-           "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM", "AttentionFamily", "attention_class",
-           "attention_family", "attn_constant", "attn_name", "decode_rows_scale",
-           "gemm_cta_bandwidth", "gemm_efficiency",
+           "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM", "UNSPLIT_CTA_INFLIGHT", "AttentionFamily",
+           "attention_class", "attention_family", "attn_constant", "attn_name",
+           "cta_inflight_name", "decode_rows_scale", "gemm_cta_bandwidth", "gemm_efficiency",
            "gemm_efficiency_name", "gemm_splits_k", "tile_efficiency", "tile_time_scale"]
 
 
@@ -115,14 +115,52 @@ register(
 )
 
 
-def gemm_cta_bandwidth(k: Knobs, consts: Constants) -> float:
+#: In-flight share of an unsplit GEMM family's CTA (:data:`GEMM_UNSPLIT`), refined per
+#: family and scheme and per architecture; fitted in the quantized-GEMM stage.
+UNSPLIT_CTA_INFLIGHT = "gemm.unsplit.cta_inflight"
+
+
+def cta_inflight_name(impl: str, quant: str) -> str:
+    """Constant name of the in-flight share of unsplit GEMM family ``impl`` with ``quant``."""
+    return f"gemm.{impl}.{quant}.cta_inflight"
+
+
+register(
+    Param(UNSPLIT_CTA_INFLIGHT, 0.5, 0.03, 3.0, "× shared memory per SM",
+          "bytes one CTA of an unsplit GEMM kernel (GEMM_UNSPLIT: the engines' own kernels, "
+          "one CTA per output tile) keeps in flight, as a share f of the SM's shared memory: "
+          "by Little's law the CTA pulls f·smem_per_SM / memory latency for its own tile, a "
+          "rate set by its pipeline on the SM, not by the device's bandwidth (in "
+          "AIConfigurator's rows of at most 16 rows, 16 output tiles of 128 columns and k "
+          "of 16,384 or more, a CTA of DeepGEMM, CUTLASS scaled-mm or SGLang's per-channel "
+          "kernel streams 0.11-0.16 TB/s on both H100 and B200, whose bandwidths differ "
+          "2.4x). Prior: 0.5 (a multi-stage pipeline keeps about half its stages loading: "
+          "an assumption)."),
+    *(Param(cta_inflight_name(impl, quant), 0.5, 0.03, 3.0, "× shared memory per SM",
+            f"{UNSPLIT_CTA_INFLIGHT} of {impl} GEMM kernels with {quant} inputs.",
+            parent=UNSPLIT_CTA_INFLIGHT)
+      for impl in sorted(GEMM_UNSPLIT) for quant in QUANT_SCHEMES),
+    *(Param(arch_name(cta_inflight_name(impl, quant), a), 0.5, 0.03, 3.0,
+            "× shared memory per SM", f"{cta_inflight_name(impl, quant)} on {a} GPUs.",
+            parent=cta_inflight_name(impl, quant))
+      for impl in sorted(GEMM_UNSPLIT) for quant in QUANT_SCHEMES for a in ARCH_FAMILIES),
+)
+
+
+def gemm_cta_bandwidth(k: Knobs, consts: Constants, op: Gemm | None = None) -> float:
     """Per-CTA bandwidth multiple of a GEMM kernel with knobs ``k``: a calibrated value
-    first, then the device family's own (``FamilyParams.gemm_cta_bandwidth``: the CPU's),
+    first, then the device family's own (``FamilyParams.gemm_cta_bandwidth``: the CPU's);
+    for an unsplit family's ``op`` (:data:`GEMM_UNSPLIT`) its pipeline's rate
+    f·smem_per_SM / memory latency as a multiple of the fair share BW/SMs,
+    c = f·smem·SMs / (latency·BW), f the most specific of gemm.<impl>.<quant>.cta_inflight;
     else the model constant (most specific of gemm_cta_bandwidth.<arch>)."""
     if k.calibrated_cta_bandwidth is not None:
         return k.calibrated_cta_bandwidth
     if k.family.gemm_cta_bandwidth is not None:
         return k.family.gemm_cta_bandwidth
+    if op is not None and op.impl in GEMM_UNSPLIT:
+        f = consts[arch_name(cta_inflight_name(op.impl, op.quant), k.arch)]
+        return f * k.smem_per_unit * k.units / (k.memory_latency_s * k.achievable_bandwidth)
     return consts[arch_name(GEMM_CTA_BANDWIDTH, k.arch)]
 
 
