@@ -205,4 +205,5 @@ def test_specs_show_json_has_provenance_and_model_constants(
     assert names[:4] == ["graph_kernel_s.blackwell", "l2_capacity_fraction",
                          "l2_bandwidth_fraction", "gemm_cta_bandwidth.blackwell"]
     assert "attn.flash2.efficiency.blackwell" in names
+    assert "gemm.deepgemm.block.cta_inflight.blackwell" in names
     assert all(c["provenance"] for c in consts["headline"])
