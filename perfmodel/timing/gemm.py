@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -642,11 +643,18 @@ def _search(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w: A
         return _time_all(call, m, n, kk, b, a, w, c, fits, per_byte)
     if m.size <= _CHUNK:
         return _time_flat(call, m, n, kk, b, a, w, c, fits, per_byte)
+    return _chunked(functools.partial(_time_flat, call), (m, n, kk, b, a, w, c, fits),
+                    per_byte)
+
+
+def _chunked(time: Callable[..., dict[str, Array]], cols: tuple[Array, ...],
+             per_byte: Any) -> dict[str, Array]:
+    """``time(*cols, per_byte)``, evaluated on :data:`_CHUNK` shapes at a time (bounded
+    temporaries) and concatenated."""
     parts = []
-    for i in range(0, m.size, _CHUNK):
+    for i in range(0, cols[0].size, _CHUNK):
         sl = slice(i, i + _CHUNK)
-        parts.append(_time_flat(call, m[sl], n[sl], kk[sl], b[sl], a[sl], w[sl], c[sl],
-                                fits[sl], None if per_byte is None else per_byte[sl]))
+        parts.append(time(*(x[sl] for x in cols), None if per_byte is None else per_byte[sl]))
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
@@ -687,13 +695,13 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
     few = np.flatnonzero(m <= GEMV_ROWS) if gemv else np.empty(0, dtype=np.intp)
     if few.size:
         plain = _call(k, env, rate, op, False, cta_bandwidth)
-        parts = []
-        for i in range(0, few.size, _CHUNK):
-            sl = few[i:i + _CHUNK]
-            parts.append(_gemv_best(VECTOR, plain, m[sl], n[sl], kk[sl], b[sl], a[sl], w[sl],
-                                    c[sl], fits[sl],
-                                    None if per_byte is None else per_byte[sl], rate))
-        g = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+        def gemv_best(m: Any, n: Any, kk: Any, b: Any, a: Any, w: Any, c: Any, fits: Any,
+                      per_byte: Any) -> dict[str, Any]:
+            return _gemv_best(VECTOR, plain, m, n, kk, b, a, w, c, fits, per_byte, rate)
+
+        g = _chunked(gemv_best, tuple(x[few] for x in (m, n, kk, b, a, w, c, fits)),
+                     None if per_byte is None else per_byte[few])
         take = g["latency_s"] < flat["latency_s"][few]
         better = few[take]
         for key in flat:
