@@ -571,14 +571,14 @@ def _footprint(a: Any, w: Any, c: Any, env: Env, copies: Any) -> Any:
     return a_copies * a + copies * (w + c)
 
 
-def _one_shape(op: Gemm, call: _Call, env: Env, s_in: float, s_out: float,
-               l2: float, gemv_rate: float = 0.0) -> dict[str, Any]:
+def _one_shape(op: Gemm, call: _Call, env: Env, l2: float,
+               gemv_rate: float = 0.0) -> dict[str, Any]:
     """:func:`time_gemm` of a scalar op, on floats; with its FLOPs and minimum bytes. A
     ``gemv_rate`` > 0 times the GEMV-style kernel at that rate instead (:func:`_gemv_best`;
     ``call`` without split-K)."""
     m, n, kk, b = float(op.m), float(op.n), float(op.k), float(op.batch)
-    a, w, c = operand_bytes(m, n, kk, b, s_in, s_in, s_out, op.shared_b, op.bias, op.quant,
-                            SCALAR)
+    a, w, c = operand_bytes(m, n, kk, b, call.s_in, call.s_in, call.s_out, op.shared_b,
+                            op.bias, op.quant, SCALAR)
     fits = (a / b + w / (1.0 if op.shared_b else b)) <= l2
     per_byte = _per_byte(call, _footprint(a, w, c, env, float(env.copies)), SCALAR) \
         if env.warm else None
@@ -666,25 +666,24 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
     family and scheme; ``cta_bandwidth`` is the per-CTA bandwidth multiple (default: the
     knobs'). On a vector unit a GEMV-style kernel is one more candidate for a GEMM of few
     rows (:func:`_gemv`)."""
-    s_in = bytes_per_element(op.dtype)
-    s_out = bytes_per_element(op.out_dtype)
     rate = k.rate * efficiency
     call = _call(k, env, rate, op, gemm_splits_k(op.impl), cta_bandwidth)
     gemv = k.unit == "vector"
     l2 = k.l2_bytes
     shape = op.shape
     if shape == () and np.ndim(env.copies) == 0:
-        one = _one_shape(op, call, env, s_in, s_out, l2)
+        one = _one_shape(op, call, env, l2)
         if gemv and float(op.m) <= GEMV_ROWS:
             # the GEMV kernel: one launch, no split-K, the rows it has
             plain = _call(k, env, rate, op, False, cta_bandwidth)
-            g = _one_shape(op, plain, env, s_in, s_out, l2, rate)
+            g = _one_shape(op, plain, env, l2, rate)
             if g["latency_s"] < one["latency_s"]:
                 return g
         return one
     shape = np.broadcast_shapes(shape, np.shape(env.copies))
     m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
-    a, w, c = operand_bytes(m, n, kk, b, s_in, s_in, s_out, op.shared_b, op.bias, op.quant)
+    a, w, c = operand_bytes(m, n, kk, b, call.s_in, call.s_in, call.s_out, op.shared_b,
+                            op.bias, op.quant)
     b_mats = 1.0 if op.shared_b else b
     fits = (a / b + w / b_mats) <= l2
     per_byte: Any = None
