@@ -205,13 +205,14 @@ def test_persistent_kernels_are_not_halved_when_ctas_match_the_sms() -> None:
 def test_tile_overlap_hides_the_fixed_time_of_later_tiles_in_persistent_kernels(
         impl: str) -> None:
     """A persistent kernel's SM pays tile_s whole for its first tile and (1 - h) of it for
-    each later one: 10 waves of tiny decode tiles cost (1 + 9·(1 - h))·tile_s. Resident
-    kernels (flash2) pay every wave whole whatever h is."""
+    each later one: 10 waves of tiny decode tiles cost (1 + 9·(1 - h))·tile_s, h the
+    family's decode_tile_overlap. Resident kernels (flash2) pay every wave whole whatever
+    h is."""
     hw = pm.load_hardware("h100-sxm")
     tile_s, h = 4e-6, 0.75
     base = PRIORS.with_values({f"attn.{impl}.decode_tile_s": tile_s,
-                               f"attn.{impl}.tile_overlap": 0.0}, "test")
-    hidden = base.with_values({f"attn.{impl}.tile_overlap": h}, "test")
+                               f"attn.{impl}.decode_tile_overlap": 0.0}, "test")
+    hidden = base.with_values({f"attn.{impl}.decode_tile_overlap": h}, "test")
     # one query token, 4 keys, one head: one tile per sequence (no split: 4 keys < 64),
     # 10 tiles per SM for a persistent kernel (132 slots), 5 or 10 for a resident one
     op = pm.Attention(batch=10 * hw.compute.units, heads=1, seq_q=1, seq_kv=4, head_dim=128,
@@ -228,10 +229,43 @@ def test_tile_overlap_hides_the_fixed_time_of_later_tiles_in_persistent_kernels(
 
 def _unhidden_tile(op: pm.Attention, hw: pm.HardwareSpec, what: str, tile_s: float) -> Any:
     """``op`` predicted on ``hw`` with its family's ``what`` (tile_s, decode_tile_s) set
-    to ``tile_s`` and none of it hidden (tile_overlap 0), from the priors."""
+    to ``tile_s`` and none of it hidden (tile_overlap and decode_tile_overlap 0), from the
+    priors."""
     consts = PRIORS.with_values({f"attn.{op.impl}.{what}": tile_s,
-                                 f"attn.{op.impl}.tile_overlap": 0.0}, "test")
+                                 f"attn.{op.impl}.tile_overlap": 0.0,
+                                 f"attn.{op.impl}.decode_tile_overlap": 0.0}, "test")
     return predict(op, hw, constants=consts)
+
+
+@pytest.mark.parametrize("impl", ["flash3", "trtllm-gen"])
+def test_decode_and_context_kernels_hide_their_own_share_of_later_tiles(impl: str) -> None:
+    """A family's decode kernels are kernels of their own: their later tiles hide
+    decode_tile_overlap of decode_tile_s, its context kernels tile_overlap of tile_s, and
+    neither share moves the other phase. Decode: 10 one-token tiles per SM of a B200 (148
+    slots), (1 + 9·(1 − h))·t; prefill: one 128-row query tile per sequence, 10 per SM."""
+    hw = pm.load_hardware("b200")
+    t = 4e-6
+    base = PRIORS.with_values({f"attn.{impl}.decode_tile_s": t, f"attn.{impl}.tile_s": t,
+                               f"attn.{impl}.tile_overlap": 0.0,
+                               f"attn.{impl}.decode_tile_overlap": 0.0}, "test")
+    units = 10 * hw.compute.units
+    decode = pm.Attention(batch=units, heads=1, seq_q=1, seq_kv=4, head_dim=128, impl=impl)
+    prefill = pm.Attention(batch=units, heads=1, seq_q=128, seq_kv=128, head_dim=128,
+                           impl=impl)
+
+    def overhead(op: pm.Attention, **shares: float) -> float:
+        consts = base.with_values({f"attn.{impl}.{k}": v for k, v in shares.items()}, "t")
+        return float(predict(op, hw, constants=consts).overhead_s)
+
+    # D = D_v = 128: the tile-time factor is 1 whatever attn.tile_dim_share is; a decode
+    # tile of 1 row costs 1 − u + u/8 of decode_tile_s (attn.decode_row_share u, prior 0)
+    d0 = overhead(decode)
+    assert d0 - overhead(decode, decode_tile_overlap=0.5) == pytest.approx(9 * 0.5 * t,
+                                                                           rel=1e-9)
+    assert overhead(decode, tile_overlap=0.5) == d0
+    p0 = overhead(prefill)
+    assert overhead(prefill, decode_tile_overlap=0.5) == p0
+    assert overhead(prefill, tile_overlap=0.5) < p0
 
 
 @pytest.mark.parametrize("impl", ["flash3", "flash2"])

@@ -36,7 +36,8 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   tile's also × (1 − u + u·R/8), the share u (``attn.decode_row_share``) being work per
   query row it holds (their Q load, their output rows' rescale and store; decode_tile_s
   is an 8-row tile's). A family's pipeline hides the share h of it (``tile_overlap``,
-  persistent families; 0 for the others) for every tile an SM runs after its first, leaving
+  ``decode_tile_overlap`` for its decode kernels; persistent families, 0 for the others)
+  for every tile an SM runs after its first, leaving
   t_later = (⌈T/slots⌉ − 1)·(1 − h)·t_tile. In a persistent (warp-specialised) kernel
   that is the consumer warps' work, as the matrix work is, while the producer warps stream
   the next tile's K/V: it adds to compute and overlaps memory. A resident kernel's waves
@@ -362,7 +363,11 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # a persistent kernel's first tile on each SM pays tile_s whole, later ones the part its
     # producer warps do not hide by loading the next tile early (resident kernels: their
     # CTAs resident per SM are the slots already)
-    hidden = attn_constant(impl, "tile_overlap", arch, consts) if fam.persistent else 0.0
+    hidden: Any = 0.0
+    if fam.persistent:
+        hidden = ops.where(decode_kernel,
+                           attn_constant(impl, "decode_tile_overlap", arch, consts),
+                           attn_constant(impl, "tile_overlap", arch, consts))
     streamed = overlap(compute, memory, k.overlap_p, ops)
     later = (waves - 1.0) * (1.0 - hidden) * tile_s
     if fam.persistent:

@@ -410,6 +410,7 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "bandwidth follow the persistent class); " + _BIG_D, prefill_packs=False,
                     kin=("xqa",), kin_excludes=("efficiency", "fp8_efficiency", "tile_s",
                                                 "dequant_ops", "tile_overlap",
+                                                "decode_tile_overlap",
                                                 "cta_bandwidth")),
     AttentionFamily("flashinfer", False, ((_ANY, 128, 128, 64), (_ANY, 1e9, 128, 32)),
                     "always", "auto",
@@ -506,11 +507,18 @@ _ATTN_CONSTANTS = {
                     "vector operations per fp8 K/V element converted to bf16 in the kernel "
                     "(convert, scale). Prior: 2."),
     "tile_overlap": (0.0, 0.0, 0.95, "fraction",
-                     "share of tile_s (decode_tile_s) hidden for each tile an SM runs after "
-                     "its first (persistent families only): a warp-specialised kernel's "
-                     "producer warps load the next tile while the consumers finish the "
-                     "current one, so only the first tile per SM pays the whole "
-                     "dependent-load latency. Prior: 0 (every tile pays it)."),
+                     "share of tile_s hidden for each tile an SM runs after its first "
+                     "(persistent families only): a warp-specialised kernel's producer "
+                     "warps load the next tile while the consumers finish the current one, "
+                     "so only the first tile per SM pays the whole dependent-load latency. "
+                     "Prior: 0 (every tile pays it)."),
+    "decode_tile_overlap": (0.0, 0.0, 0.95, "fraction",
+                            "the same share of decode_tile_s for its decode kernels, which "
+                            "are kernels of their own (a decode tile is one (sequence, KV "
+                            "head) group: its serial part is the query rows' load, the "
+                            "output store and the scheduler's next fetch, not a context "
+                            "tile's softmax tail). Prior: as tile_overlap; a family not "
+                            "measured in decode: as its class's decode kernels."),
     "cta_bandwidth": (1.5, 0.3, 20.0, "× fair share",
                       "device-memory bandwidth one of its CTAs pulls, as a multiple of the "
                       "fair share BW/SMs (how many loads it keeps in flight). Prior: 1.5, the "
@@ -561,7 +569,7 @@ def decode_rows_scale(rows: Any, consts: Constants) -> Any:
 
 
 #: Attention constants fitted on a linear scale (the rest in log space).
-_LINEAR = frozenset({"tile_overlap"})
+_LINEAR = frozenset({"tile_overlap", "decode_tile_overlap"})
 #: Kernel classes: a family's constants default to its class's (what a family never
 #: measured inherits): ``persistent`` (warp-specialised, one CTA per SM) or ``resident``.
 ATTENTION_CLASSES = ("persistent", "resident")
@@ -575,7 +583,8 @@ def attention_class(fam: AttentionFamily) -> str:
 for _c in ATTENTION_CLASSES:
     for _what, (_d, _lo, _hi, _unit, _doc) in _ATTN_CONSTANTS.items():
         _parent = {"fp8_efficiency": attn_name(_c, "efficiency"),
-                   "decode_tile_s": attn_name(_c, "tile_s")}.get(_what)
+                   "decode_tile_s": attn_name(_c, "tile_s"),
+                   "decode_tile_overlap": attn_name(_c, "tile_overlap")}.get(_what)
         register(Param(attn_name(_c, _what), _d, _lo, _hi, _unit,
                        f"{_c} kernel families: {_doc}",
                        "linear" if _what in _LINEAR else "log", parent=_parent, pooled=False))
