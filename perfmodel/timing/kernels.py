@@ -517,8 +517,9 @@ _ATTN_CONSTANTS = {
                             "are kernels of their own (a decode tile is one (sequence, KV "
                             "head) group: its serial part is the query rows' load, the "
                             "output store and the scheduler's next fetch, not a context "
-                            "tile's softmax tail). Prior: as tile_overlap; a family not "
-                            "measured in decode: as its class's decode kernels."),
+                            "tile's softmax tail). Prior: the class's tile_overlap; a "
+                            "family not measured in decode takes its class's decode share "
+                            "(the mean of the families fitted), not its own context one."),
     "cta_bandwidth": (1.5, 0.3, 20.0, "× fair share",
                       "device-memory bandwidth one of its CTAs pulls, as a multiple of the "
                       "fair share BW/SMs (how many loads it keeps in flight). Prior: 1.5, the "
