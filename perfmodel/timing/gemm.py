@@ -694,12 +694,8 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
     few = np.flatnonzero(m <= GEMV_ROWS) if gemv else np.empty(0, dtype=np.intp)
     if few.size:
         plain = _call(k, env, rate, op, False, cta_bandwidth)
-
-        def gemv_best(m: Any, n: Any, kk: Any, b: Any, a: Any, w: Any, c: Any, fits: Any,
-                      per_byte: Any) -> dict[str, Any]:
-            return _gemv_best(VECTOR, plain, m, n, kk, b, a, w, c, fits, per_byte, rate)
-
-        g = _chunked(gemv_best, tuple(x[few] for x in (m, n, kk, b, a, w, c, fits)),
+        g = _chunked(functools.partial(_gemv_best, VECTOR, plain, rate=rate),
+                     tuple(x[few] for x in (m, n, kk, b, a, w, c, fits)),
                      None if per_byte is None else per_byte[few])
         take = g["latency_s"] < flat["latency_s"][few]
         better = few[take]
