@@ -260,7 +260,7 @@ def _graph(r: Measurement) -> bool:
 #: families).
 FIT_STAGES: tuple[Stage, ...] = (
     Stage("gemm-bf16", lambda r: r.op == "gemm" and _graph(r) and r.quant in ("", "none"),
-          ("graph_kernel_s*", "l2_*", "gemm_cta_bandwidth*")),
+          ("graph_kernel_s*", "l2_*", "gemm_cta_bandwidth*", "gemm_split_reduce*")),
     Stage("gemm-quantized", lambda r: r.op == "gemm" and _graph(r)
           and r.quant not in ("", "none"),
           ("gemm.*", "call.*.gemm-*", "row.*.gemm-*", "host.*")),

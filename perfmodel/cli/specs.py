@@ -278,8 +278,8 @@ def _efficiency_lines(hw: HardwareSpec) -> list[str]:
 def model_constants(arch: str) -> dict[str, Any]:
     """The model constants that apply to ``arch``: how many have a per-architecture name
     (``<name>.<arch>``) and the headline ones (graph kernel cost, L2, GEMM per-CTA
-    bandwidth, each unsplit GEMM family's in-flight share, each attention kernel family's
-    efficiency) with their values and provenance."""
+    bandwidth, split-K reduce cost, each unsplit GEMM family's in-flight share, each
+    attention kernel family's efficiency) with their values and provenance."""
     import perfmodel.timing  # noqa: F401  (registers every constant)
     from perfmodel.timing.constants import PARAMS, arch_name, bundled_constants
 
@@ -292,6 +292,7 @@ def model_constants(arch: str) -> dict[str, Any]:
                 and n in consts.fitted]
     names = [arch_name("graph_kernel_s", arch), "l2_capacity_fraction",
              "l2_bandwidth_fraction", arch_name("gemm_cta_bandwidth", arch),
+             arch_name("gemm_split_reduce", arch),
              *(arch_name(n, arch) for n in inflight),
              *(arch_name(f"attn.{f}.efficiency", arch) for f in families)]
     return {

@@ -92,16 +92,18 @@ ARCH_FAMILIES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
 ARCH_PREDECESSOR: Mapping[str, str] = MappingProxyType({"ada": "ampere",
                                                         "blackwell": "hopper"})
 #: Name prefixes of the constants that describe a kernel's design on an SM (attention
-#: kernel families' rates, tile times, overlap and per-CTA bandwidth; GEMM families' rates
-#: and the GEMM per-CTA bandwidth). One of these with no value fitted for its own
-#: architecture takes its predecessor's (:data:`ARCH_PREDECESSOR`), where that was fitted,
-#: before the mean over every architecture (its parent): kernels move forward, a new
-#: architecture first running its predecessor's kernel designs built for it, so its costs
-#: are nearer the predecessor's than that mean. Not backwards: an older architecture cannot
-#: run what the newer designs are built on (fp8 MMA on Ada; tcgen05 and tensor memory on
-#: Blackwell), so it keeps the mean; and the device's and the host's constants (the graph
-#: kernel floor, engines' per-call costs) keep the mean too.
-PREDECESSOR_PREFIXES: tuple[str, ...] = ("attn.", "gemm.", "gemm_cta_bandwidth")
+#: kernel families' rates, tile times, overlap and per-CTA bandwidth; GEMM families' rates,
+#: the GEMM per-CTA bandwidth and the library's split-K reduce kernel). One of these with
+#: no value fitted for its own architecture takes its predecessor's
+#: (:data:`ARCH_PREDECESSOR`), where that was fitted, before the mean over every
+#: architecture (its parent): kernels move forward, a new architecture first running its
+#: predecessor's kernel designs built for it, so its costs are nearer the predecessor's
+#: than that mean. Not backwards: an older architecture cannot run what the newer designs
+#: are built on (fp8 MMA on Ada; tcgen05 and tensor memory on Blackwell), so it keeps the
+#: mean; and the device's and the host's constants (the graph kernel floor, engines'
+#: per-call costs) keep the mean too.
+PREDECESSOR_PREFIXES: tuple[str, ...] = ("attn.", "gemm.", "gemm_cta_bandwidth",
+                                          "gemm_split_reduce")
 
 
 def arch_name(name: str, arch: str) -> str:
@@ -139,6 +141,13 @@ register(
     *(Param(f"graph_kernel_s.{a}", 2.0e-6, 0.5e-6, 6e-6, "s at 1.5 GHz",
             f"graph_kernel_s on {a} GPUs (kernel start-up differs by architecture).",
             parent="graph_kernel_s") for a in ARCH_FAMILIES),
+    Param("gemm_split_reduce", 1.0, 0.25, 4.0, "kernel floors",
+          "fixed cost of the reduce kernel that sums a split-K GEMM's fp32 partials, in "
+          "units of graph_kernel_s, under CUDA-graph replay: it starts only once the GEMM "
+          "kernel's last CTA has drained. Prior: 1 (a kernel like any other).", "linear"),
+    *(Param(f"gemm_split_reduce.{a}", 1.0, 0.25, 4.0, "kernel floors",
+            f"gemm_split_reduce on {a} GPUs (the vendor library's split-K path there).",
+            "linear", parent="gemm_split_reduce") for a in ARCH_FAMILIES),
     Param("l2_capacity_fraction", 0.7, 0.3, 1.0, "fraction",
           "share of the L2 a repeated call's footprint may use and still hit in L2 "
           "(set-associativity, other lines), of one SM-side partition where the spec "

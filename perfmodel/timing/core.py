@@ -53,17 +53,24 @@ class Env:
     input_copies: bool = False
     engine: str = ""
     """The engine making the call (its configuration of a kernel family)."""
+    split_reduce: float = 1.0
+    """Fixed cost of a split-K GEMM's reduce kernel in units of ``kernel_s``: constant
+    ``gemm_split_reduce`` (per architecture) under CUDA-graph replay, 1 for stream
+    launches."""
 
 
 def make_env(k: Knobs, ctx: RunContext, consts: Constants, arch: str = "") -> Env:
     """The :class:`Env` of knobs ``k`` under context ``ctx`` and model constants (``arch``
     picks per-architecture refinements)."""
+    graph = ctx.launch == "graph"
     kernel_s = (consts[arch_name("graph_kernel_s", arch)] * k.clock_scale
-                if ctx.launch == "graph" else k.overhead_s)
+                if graph else k.overhead_s)
     return Env(kernel_s=kernel_s, warm=ctx.l2 == "warm",
                l2_capacity=k.l2_bytes / k.l2_partitions * consts["l2_capacity_fraction"],
                l2_bandwidth=k.l2_bandwidth * consts["l2_bandwidth_fraction"],
-               copies=ctx.copies, input_copies=ctx.input_copies, engine=ctx.engine)
+               copies=ctx.copies, input_copies=ctx.input_copies, engine=ctx.engine,
+               split_reduce=(consts[arch_name("gemm_split_reduce", arch)] if graph
+                             else 1.0))
 
 
 def cta_bandwidth_fraction(ctas: Any, k: Knobs, ops: Ops = VECTOR,

@@ -30,8 +30,11 @@ For each candidate (tile t_m×t_n with relative efficiency e, split-K factor s):
   with math: min(T, U·r)·((t_m + t_n)·min(64, ⌈k/s⌉)·s_in + t_m·t_n·s_out) bytes at the
   call's stream rate (DRAM, or partly L2 for a warm call whose footprint fits), + latency
   (a k-slab is never deeper than the k a tile reduces);
-- latency = overlap(t_compute, t_memory) + t_fill + launches·t_kernel (t_kernel: the fixed
-  cost of one kernel in the launch mode, :class:`perfmodel.timing.core.Env`).
+- latency = overlap(t_compute, t_memory) + t_fill + f·t_kernel (t_kernel: the fixed
+  cost of one kernel in the launch mode, :class:`perfmodel.timing.core.Env`); f is 1 for
+  one kernel, 1 + ρ for a split-K candidate's two, ρ the reduce kernel's fixed cost in floors
+  (``Env.split_reduce``: constant ``gemm_split_reduce.<arch>`` under CUDA-graph replay,
+  1 for stream launches, whose fixed cost is each launch's own).
 
 A calibration may rescale the fill (``fill_waves``), the per-CTA bandwidth and the tile
 efficiencies (e → e^a, ``tile_efficiency_exponent``); see :mod:`perfmodel.timing.knobs`.
@@ -60,7 +63,7 @@ A tensor core computes whole fragments; its padded tiles stay.
 
 The library is modelled as choosing the fastest candidate (the first of equals in menu
 order). The search prunes: a candidate's latency is at least
-max(t_compute, t_memory,min) + t_fill + launches·t_kernel, where t_memory,min streams
+max(t_compute, t_memory,min) + t_fill + f·t_kernel, where t_memory,min streams
 max(A + B + C (+ split partials), o'·U/c), o' = (r + q)·⌈k/s⌉·s_in (a CTA's own bytes
 without scales or output); the terms are cheap and exact but the tiled re-reads and those
 few bytes, so a candidate whose bound cannot beat the best so far is skipped. One formula
@@ -115,7 +118,8 @@ class _Tile:
     """(t_m + t_n)·s_in: bytes of one k step of a tile's first slab (× min(64, ⌈k/s⌉))."""
     fill_out: float
     """t_m·t_n·s_out: bytes of a tile's store."""
-    launches: float
+    floors: float
+    """Kernel floors f it pays: 1, or 1 + ρ for split-K (module doc)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,9 @@ class _Call:
     latency: float
     fill_waves: float
     kernel_s: float
+    split_floors: float
+    """Kernel floors a split-K candidate pays: 1 + the reduction's share
+    (:attr:`perfmodel.timing.core.Env.split_reduce`)."""
     overlap_p: float
     warm: bool
     l2_capacity: float
@@ -155,7 +162,7 @@ class _Call:
     """Positions in ``splits`` of each group's members."""
     table: Array
     """Every candidate, plain then split: (t_m, t_n, e, s, t_tile, fill_in, fill_out,
-    launches)."""
+    floors)."""
     least_tile_s: float
     """The least t_tile·e per unit of t_m·t_n of the menu (a tile's time at its least
     relieved efficiency, :func:`_relief`): 2·U/R."""
@@ -167,7 +174,8 @@ class _Call:
 
 @functools.lru_cache(maxsize=256)
 def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: int,
-           rate: float, s_in: float, s_out: float, share: float = 1.0) -> tuple[_Tile, ...]:
+           rate: float, s_in: float, s_out: float, share: float = 1.0,
+           reduce: float = 1.0) -> tuple[_Tile, ...]:
     menu = fam.tensor_tiles if unit == "tensor" else fam.vector_tiles
     out = []
     for tm, tn, e in menu:
@@ -178,7 +186,7 @@ def _tiles(fam: FamilyParams, unit: str, split: bool, exponent: float, units: in
             if (s > 1) != split:
                 continue
             out.append(_Tile(tm, tn, eff, s, 2.0 * units * tm * tn / (eff * rate),
-                             (tm + tn) * s_in, tm * tn * s_out, 2.0 if split else 1.0))
+                             (tm + tn) * s_in, tm * tn * s_out, 1.0 + reduce if split else 1.0))
     return tuple(out)
 
 
@@ -189,7 +197,8 @@ def _call(k: Knobs, env: Env, rate: float, op: Gemm, split_k: bool = True,
                         bytes_per_element(op.dtype), bytes_per_element(op.out_dtype),
                         k.achievable_bandwidth, cta, k.memory_latency_s,
                         k.fill_waves, env.kernel_s, k.overlap_p, env.warm, env.l2_capacity,
-                        env.l2_bandwidth, split_k, k.tensor_share, op.quant, op.bias)
+                        env.l2_bandwidth, split_k, k.tensor_share, op.quant, op.bias,
+                        env.split_reduce)
 
 
 @functools.lru_cache(maxsize=512)
@@ -198,22 +207,23 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  latency: float, fill_waves: float, kernel_s: float, overlap_p: float,
                  warm: bool, l2_capacity: float, l2_bandwidth: float,
                  split_k: bool = True, share: float = 1.0, quant: str = "none",
-                 bias: bool = False) -> _Call:
+                 bias: bool = False, split_reduce: float = 1.0) -> _Call:
     key = (fam, unit, exponent, units, rate, s_in, s_out, share)
     plain = _tiles(*key[:2], False, *key[2:])
-    splits = _tiles(*key[:2], True, *key[2:]) if split_k else ()
+    splits = _tiles(*key[:2], True, *key[2:], split_reduce) if split_k else ()
     shapes = sorted({(t.tm, t.tn) for t in splits}, key=[(t.tm, t.tn) for t in plain].index)
     index = tuple(tuple(j for j, t in enumerate(splits) if (t.tm, t.tn) == tile)
                   for tile in shapes)
     table = np.asarray([(t.tm, t.tn, t.eff, t.split, t.tile_s, t.fill_in, t.fill_out,
-                         t.launches) for t in plain + splits],
+                         t.floors) for t in plain + splits],
                        dtype=np.float64).reshape(-1, 8)
     table.setflags(write=False)
     return _Call(plain=plain, splits=splits, min_tm=min(t.tm for t in plain),
                  min_tn=min(t.tn for t in plain), slots=units * fam.tiles_per_unit,
                  s_in=s_in, s_out=s_out, quant=quant, bias=bias,
                  cta_share=cta_bandwidth / units, bandwidth=bandwidth, latency=latency,
-                 fill_waves=fill_waves, kernel_s=kernel_s, overlap_p=overlap_p, warm=warm,
+                 fill_waves=fill_waves, kernel_s=kernel_s, split_floors=1.0 + split_reduce,
+                 overlap_p=overlap_p, warm=warm,
                  l2_capacity=l2_capacity, l2_bandwidth=l2_bandwidth, relieved=not split_k,
                  tile_ms=tuple(sorted({t.tm for t in plain})),
                  tile_ns=tuple(sorted({t.tn for t in plain})),
@@ -231,7 +241,7 @@ def _columns(rows: tuple[_Tile, ...]) -> _Tile:
         x.setflags(write=False)
         return x
     return _Tile(col("tm"), col("tn"), col("eff"), col("split"), col("tile_s"),
-                 col("fill_in"), col("fill_out"), rows[0].launches)
+                 col("fill_in"), col("fill_out"), rows[0].floors)
 
 
 def _per_byte(call: _Call, footprint: Any, ops: Ops) -> Any:
@@ -309,7 +319,7 @@ def _parts(ops: Ops, call: _Call, t: _Tile, m: Any, n: Any, kk: Any, b: Any, mn:
         fill = (t.fill_in * per) * slab + t.fill_out * per
     else:
         fill = (t.fill_in * slab + t.fill_out) * per_byte
-    overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    overhead = (conc * fill + call.latency) * call.fill_waves + t.floors * call.kernel_s
     total = overlap(compute, memory, call.overlap_p, ops) + overhead
     if split:
         total = ops.where((tiles / t.split >= call.slots) | _too_thin(kk, t.split, ops),
@@ -355,7 +365,7 @@ def _bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     own = (ops.minimum(sh.m, t.tm) + ops.minimum(sh.n, t.tn)) * (call.s_in * k_tile)
     memory = _stream_lb(call, ops.maximum(traffic, own / call.cta_share), sh.per_byte)
     fill = (t.fill_in * sh.slab[t.split] + t.fill_out) * _per(call, sh.per_byte)
-    overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    overhead = (conc * fill + call.latency) * call.fill_waves + t.floors * call.kernel_s
     return (ops.maximum(compute, memory) + overhead) * _SLACK
 
 
@@ -370,7 +380,7 @@ def _split_bound(ops: Ops, call: _Call, t: _Tile, sh: _Shape) -> Any:
     memory = _stream_lb(call, sh.least + 16.0 * sh.mn, sh.per_byte)
     conc = ops.minimum(2.0 * tiles, call.slots)
     fill = t.fill_out * _per(call, sh.per_byte)
-    overhead = (conc * fill + call.latency) * call.fill_waves + t.launches * call.kernel_s
+    overhead = (conc * fill + call.latency) * call.fill_waves + t.floors * call.kernel_s
     return (ops.maximum(compute, memory) + overhead) * _SLACK
 
 
@@ -381,7 +391,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
     reach the best so far; the first of equals in menu order wins (as for the vectorised
     search). The split-K candidates are reached through one bound of them all (the least
     work of any tile over every slot, A + B + C + 16·b·m·n bytes at full bandwidth, the
-    fixed part of two launches), then by tile group (:func:`_split_bound`)."""
+    fixed part of a split's floors), then by tile group (:func:`_split_bound`)."""
     ceil = math.ceil
     slots, share, lat, relieved = call.slots, call.cta_share, call.latency, call.relieved
     fill_waves, kernel_s, s_in = call.fill_waves, call.kernel_s, call.s_in
@@ -405,7 +415,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         memory = (traffic if traffic > own else own) * per + lat
         fill = (t.fill_in * (k_tile if k_tile < _K_SLAB else _K_SLAB) + t.fill_out) * per
         return ((compute if compute > memory else memory)
-                + (conc * fill + lat) * fill_waves + t.launches * kernel_s) * _SLACK
+                + (conc * fill + lat) * fill_waves + t.floors * kernel_s) * _SLACK
 
     order = sorted((bound(t), i) for i, t in enumerate(call.plain))
     n_plain = len(call.plain)
@@ -413,7 +423,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         compute = call.least_tile_s * mn * kk / slots
         memory = (least + 16.0 * mn) * per + lat
         order.append((((compute if compute > memory else memory) + lat * fill_waves
-                       + 2.0 * kernel_s) * _SLACK, -1))
+                       + call.split_floors * kernel_s) * _SLACK, -1))
         order.sort()
     best: dict[str, Any] = {"latency_s": math.inf}
     top, top_i = math.inf, n_plain + len(call.splits)
@@ -430,7 +440,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
                 memory = (least + 16.0 * mn) * per + lat
                 order.append((((compute if compute > memory else memory)
                                + (conc * t.fill_out * per + lat) * fill_waves
-                               + 2.0 * kernel_s)
+                               + call.split_floors * kernel_s)
                               * _SLACK, -2 - g))
             order.sort()
             continue
@@ -449,7 +459,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         if lat_i < top or (lat_i == top and i < top_i):
             top, top_i = lat_i, i
             best = {**parts, "tile_m": t.tm, "tile_n": t.tn, "split_k": t.split,
-                    "launches": t.launches}
+                    "launches": 2.0 if t.split > 1.0 else 1.0}
     return best
 
 
@@ -511,7 +521,8 @@ def _time_flat(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w
     out = dict(best)
     pick = table[chosen]
     out["tile_m"], out["tile_n"] = pick[:, 0], pick[:, 1]
-    out["split_k"], out["launches"] = pick[:, 3], pick[:, 7]
+    out["split_k"] = pick[:, 3]
+    out["launches"] = np.where(pick[:, 3] > 1.0, 2.0, 1.0)
     return out
 
 
@@ -548,7 +559,8 @@ def _time_all(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w:
         chosen[win] = len(call.plain) + sbest[better]
     table = call.table[chosen]
     out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
-    out["split_k"], out["launches"] = table[:, 3], table[:, 7]
+    out["split_k"] = table[:, 3]
+    out["launches"] = np.where(table[:, 3] > 1.0, 2.0, 1.0)
     return out
 
 
@@ -621,7 +633,7 @@ def _gemv_best(ops: Ops, call: _Call, m: Any, n: Any, kk: Any, b: Any, a: Any, w
                       m, n, kk, b, rate, call.overlap_p, SCALAR)
             if g["latency_s"] < best["latency_s"]:
                 best = {**g, "tile_m": t.tm, "tile_n": t.tn, "split_k": 1.0,
-                        "launches": t.launches}
+                        "launches": 2.0 if t.split > 1.0 else 1.0}
         return best
     g = _gemv(_parts(VECTOR, call, call.plain_cols, m, n, kk, b, mn, a, w, c, fits, per_byte,
                      False), m, n, kk, b, rate, call.overlap_p, VECTOR)
@@ -632,7 +644,8 @@ def _gemv_best(ops: Ops, call: _Call, m: Any, n: Any, kk: Any, b: Any, a: Any, w
            for name in _FIELDS}
     table = call.table[pick]
     out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
-    out["split_k"], out["launches"] = table[:, 3], table[:, 7]
+    out["split_k"] = table[:, 3]
+    out["launches"] = np.where(table[:, 3] > 1.0, 2.0, 1.0)
     return out
 
 
