@@ -143,9 +143,6 @@ class _Call:
     latency: float
     fill_waves: float
     kernel_s: float
-    split_floors: float
-    """Kernel floors a split-K candidate pays: 1 + the reduction's share
-    (:attr:`perfmodel.timing.core.Env.split_reduce`)."""
     overlap_p: float
     warm: bool
     l2_capacity: float
@@ -222,8 +219,7 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  min_tn=min(t.tn for t in plain), slots=units * fam.tiles_per_unit,
                  s_in=s_in, s_out=s_out, quant=quant, bias=bias,
                  cta_share=cta_bandwidth / units, bandwidth=bandwidth, latency=latency,
-                 fill_waves=fill_waves, kernel_s=kernel_s, split_floors=1.0 + split_reduce,
-                 overlap_p=overlap_p, warm=warm,
+                 fill_waves=fill_waves, kernel_s=kernel_s, overlap_p=overlap_p, warm=warm,
                  l2_capacity=l2_capacity, l2_bandwidth=l2_bandwidth, relieved=not split_k,
                  tile_ms=tuple(sorted({t.tm for t in plain})),
                  tile_ns=tuple(sorted({t.tn for t in plain})),
@@ -232,6 +228,12 @@ def _call_cached(fam: FamilyParams, unit: str, exponent: float, units: int, rate
                  split_index=index, table=table,
                  least_tile_s=min(t.tile_s * t.eff / (t.tm * t.tn) for t in plain),
                  plain_cols=_columns(plain), split_cols=_columns(splits) if splits else None)
+
+
+def _kernels(split: Any, ops: Ops) -> Any:
+    """Kernels a candidate of split-K factor ``split`` launches: the GEMM, and with
+    split-K its reduce kernel (whose fixed cost :attr:`_Tile.floors` counts)."""
+    return ops.where(split > 1.0, 2.0, 1.0)
 
 
 def _columns(rows: tuple[_Tile, ...]) -> _Tile:
@@ -423,7 +425,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         compute = call.least_tile_s * mn * kk / slots
         memory = (least + 16.0 * mn) * per + lat
         order.append((((compute if compute > memory else memory) + lat * fill_waves
-                       + call.split_floors * kernel_s) * _SLACK, -1))
+                       + call.splits[0].floors * kernel_s) * _SLACK, -1))
         order.sort()
     best: dict[str, Any] = {"latency_s": math.inf}
     top, top_i = math.inf, n_plain + len(call.splits)
@@ -440,7 +442,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
                 memory = (least + 16.0 * mn) * per + lat
                 order.append((((compute if compute > memory else memory)
                                + (conc * t.fill_out * per + lat) * fill_waves
-                               + call.split_floors * kernel_s)
+                               + t.floors * kernel_s)
                               * _SLACK, -2 - g))
             order.sort()
             continue
@@ -459,7 +461,7 @@ def _time_scalar(call: _Call, m: float, n: float, kk: float, b: float, a: float,
         if lat_i < top or (lat_i == top and i < top_i):
             top, top_i = lat_i, i
             best = {**parts, "tile_m": t.tm, "tile_n": t.tn, "split_k": t.split,
-                    "launches": 2.0 if t.split > 1.0 else 1.0}
+                    "launches": _kernels(t.split, SCALAR)}
     return best
 
 
@@ -522,7 +524,7 @@ def _time_flat(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w
     pick = table[chosen]
     out["tile_m"], out["tile_n"] = pick[:, 0], pick[:, 1]
     out["split_k"] = pick[:, 3]
-    out["launches"] = np.where(pick[:, 3] > 1.0, 2.0, 1.0)
+    out["launches"] = _kernels(pick[:, 3], VECTOR)
     return out
 
 
@@ -560,7 +562,7 @@ def _time_all(call: _Call, m: Array, n: Array, kk: Array, b: Array, a: Array, w:
     table = call.table[chosen]
     out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
     out["split_k"] = table[:, 3]
-    out["launches"] = np.where(table[:, 3] > 1.0, 2.0, 1.0)
+    out["launches"] = _kernels(table[:, 3], VECTOR)
     return out
 
 
@@ -633,7 +635,7 @@ def _gemv_best(ops: Ops, call: _Call, m: Any, n: Any, kk: Any, b: Any, a: Any, w
                       m, n, kk, b, rate, call.overlap_p, SCALAR)
             if g["latency_s"] < best["latency_s"]:
                 best = {**g, "tile_m": t.tm, "tile_n": t.tn, "split_k": 1.0,
-                        "launches": 2.0 if t.split > 1.0 else 1.0}
+                        "launches": 1.0}
         return best
     g = _gemv(_parts(VECTOR, call, call.plain_cols, m, n, kk, b, mn, a, w, c, fits, per_byte,
                      False), m, n, kk, b, rate, call.overlap_p, VECTOR)
@@ -645,7 +647,7 @@ def _gemv_best(ops: Ops, call: _Call, m: Any, n: Any, kk: Any, b: Any, a: Any, w
     table = call.table[pick]
     out["tile_m"], out["tile_n"] = table[:, 0], table[:, 1]
     out["split_k"] = table[:, 3]
-    out["launches"] = np.where(table[:, 3] > 1.0, 2.0, 1.0)
+    out["launches"] = np.ones(m.size)  # a plain tile: one kernel
     return out
 
 
