@@ -29,9 +29,11 @@ __all__ = [
     "STEP_OVERHEAD_S",
     "AttentionChoice",
     "GemmChoice",
+    "GemmDispatch",
     "attention_kernel",
     "attention_kernel_for_label",
     "fused_quantize",
+    "gemm_dispatch",
     "gemm_kernel",
     "gemm_kernel_for_label",
     "normalize_engine",
@@ -329,6 +331,72 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
 #: CUTLASS ships SM120 nvfp4 GEMMs (its example 79, "blackwell_geforce_gemm").
 _SM120_GEMM = "SM120 (RTX Blackwell): CUTLASS SM120 kernels; DeepGEMM and the CuTe-DSL " \
               "kernels are SM90/SM100-only"
+
+
+#: One row of a GEMM dispatch table: (m ≤, n ≤, tile rows, tile columns); the first row
+#: whose bounds hold for the call's (m, n) names the CTA tile the engine launches.
+DispatchRow = tuple[float, float, float, float]
+_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class GemmDispatch:
+    """A kernel whose CTA tile the engine picks from a fixed table by the call's shape,
+    not by searching for the fastest: ``rows`` in order, first match wins."""
+
+    rows: tuple[DispatchRow, ...]
+    source: str
+
+    def tile(self, m: float, n: float) -> tuple[float, float]:
+        """(tile rows, tile columns) the table names for one call of ``m`` rows and ``n``
+        columns."""
+        for m_max, n_max, tm, tn in self.rows:
+            if m <= m_max and n <= n_max:
+                return tm, tn
+        raise PerfmodelError("dispatch", f"no row for m={m}, n={n}",
+                             "end a dispatch table with an unbounded row")
+
+
+#: vLLM's SM89 fp8 CUTLASS scaled-mm (per-tensor and per-token/per-channel scales, one
+#: kernel: ``cutlass_gemm_sm89_fp8_dispatch``): by M bucket (max(32, next_pow_2(m)), so
+#: calls of at most 32 rows take the M32 configuration) and next_pow_2(n); written here
+#: as bounds on m and n, which select the same rows. No split-K (CUTLASS 2.x GemmUniversal
+#: in kGemm mode).
+_VLLM_SM89_FP8 = GemmDispatch((
+    (32, 8192, 32, 64), (32, 16384, 32, 128), (32, _INF, 32, 64),
+    (64, 8192, 64, 64), (64, 16384, 64, 128), (64, _INF, 64, 64),
+    (128, 8192, 64, 128), (128, 16384, 128, 128), (128, _INF, 128, 64),
+    (256, 4096, 64, 128), (256, _INF, 128, 128),
+    (_INF, 4096, 128, 128), (_INF, 8192, 256, 128), (_INF, _INF, 128, 128),
+), "vllm-project/vllm csrc/quantization/cutlass_w8a8/scaled_mm_c2x_sm89_fp8_dispatch.cuh "
+   "(commit 51cccd6)")
+#: SGLang's sgl-kernel fp8_scaled_mm on SM89 (``sm89_fp8_dispatch_shape``): by m and n.
+_SGLANG_SM89_FP8 = GemmDispatch((
+    (1, 8192, 16, 64), (1, _INF, 32, 64),
+    (16, 8192, 16, 64), (16, 16384, 32, 64), (16, _INF, 16, 64),
+    (64, 16384, 32, 64), (64, _INF, 16, 64),
+    (128, 16384, 64, 64), (128, _INF, 32, 64),
+    (256, 8192, 128, 64), (256, 16384, 64, 128), (256, _INF, 128, 64),
+    (_INF, _INF, 128, 128),
+), "sgl-project/sglang sgl-kernel/csrc/gemm/fp8_gemm_kernel.cu (commit 04ec0bc)")
+_DISPATCH: dict[tuple[str, str, str], GemmDispatch] = {
+    ("vllm", "ada", "cutlass"): _VLLM_SM89_FP8,
+    ("sglang", "ada", "cutlass"): _SGLANG_SM89_FP8,
+}
+
+
+def gemm_dispatch(engine: str, arch: str, impl: str, quant: str) -> GemmDispatch | None:
+    """The fixed tile table ``engine``'s GEMM kernel ``impl`` uses on ``arch`` for scheme
+    ``quant``, or None where the kernel's tile is the fastest of the architecture's menu
+    (the vendor library's heuristics, kernels that size their blocks to the call).
+
+    Encoded: vLLM's and SGLang's SM89 (Ada) fp8 CUTLASS scaled-mm kernels (per-tensor and
+    per-channel scales). Their Hopper and Blackwell builds also pick tiles from tables
+    (with cluster shapes), which are not encoded: there the menu's fastest tile stands in.
+    """
+    if quant not in ("per-tensor", "per-channel"):
+        return None
+    return _DISPATCH.get((normalize_engine(engine), arch, impl))
 
 
 #: Schemes whose activation quantization an engine fuses into the kernel that produces the

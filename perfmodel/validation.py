@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
-from perfmodel.engines import attention_kernel_for_label, gemm_kernel_for_label
+from perfmodel.engines import attention_kernel_for_label, gemm_dispatch, gemm_kernel_for_label
 from perfmodel.hardware.catalog import load_hardware, resolve_id
 from perfmodel.hardware.spec import HardwareSpec, spec_fitted_sources
 from perfmodel.measurements import (
@@ -407,6 +407,8 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
                                            quant)
             impl, quantize = choice.impl, choice.quantize_input
             rule = f"gemm {impl}" + (f" {quant} (+ activation quantize)" if quantize else "")
+            if gemm_dispatch(first.engine or "none", spec.arch, impl, quant) is not None:
+                rule += ", tile by the engine's dispatch table"
         gemm = ROW_OPS["gemm"].build(
             dtype, _sizes(rows, ROW_OPS["gemm"]), bias=bool(key[2]),
             out_dtype=first.out_dtype or ("bf16" if quant != "none" else None), quant=quant,

@@ -4,9 +4,11 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when a split-K GEMM's reduce kernel began to cost a fitted number of graph
-kernel floors per architecture (gemm_split_reduce, with the refit that came with it); before
-that when a persistent attention family's decode kernels began to hide a share of their
+last retaken when vLLM's and SGLang's SM89 fp8 scaled-mm kernels began to take the tile of
+their engines' dispatch tables (perfmodel.engines.gemm_dispatch, with the refit that came
+with it); before that when a split-K GEMM's reduce kernel began to cost a fitted number of
+graph kernel floors per architecture (gemm_split_reduce, with the refit that came with it);
+before that when a persistent attention family's decode kernels began to hide a share of their
 later tiles' fixed time of their own (decode_tile_overlap, with the refit that came with
 it); before that when the CTAs of GEMM families that never split K began to pull their
 pipeline's in-flight bytes over the memory latency (with the refit that came with it);

@@ -16,6 +16,7 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
+from perfmodel.engines import gemm_dispatch
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import UNFUSED_IMPLS, Attention
@@ -197,8 +198,9 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
     _check_dtype(spec, op.dtype)
     k = knobs_for(spec, "gemm", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
+    dispatch = gemm_dispatch(ctx.engine or "none", spec.arch, op.impl, op.quant)
     t = time_gemm(op, k, env, gemm_efficiency(op, consts, spec.arch),
-                  gemm_cta_bandwidth(k, consts, op))
+                  gemm_cta_bandwidth(k, consts, op), dispatch)
     main = make_prediction(
         op="gemm", hardware=spec.id, dtype=op.dtype, compute_s=t["compute_s"],
         memory_s=t["memory_s"], overhead_s=t["overhead_s"], latency_s=t["latency_s"],

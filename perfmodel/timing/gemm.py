@@ -61,6 +61,12 @@ fastest and t_compute = 2·b·m·n·k / R, as it pads no rows (:func:`_gemv_best
 where faster.
 A tensor core computes whole fragments; its padded tiles stay.
 
+A kernel whose engine picks its CTA tile from a fixed table by the call's shape
+(:class:`perfmodel.engines.GemmDispatch`: vLLM's and SGLang's SM89 fp8 scaled-mm) has one
+candidate per shape, the table's tile, whatever is fastest; a tile the architecture's menu
+lacks takes the efficiency the menu gives its operand reuse I = t_m·t_n/(t_m + t_n)
+(:func:`menu_efficiency`).
+
 The library is modelled as choosing the fastest candidate (the first of equals in menu
 order). The search prunes: a candidate's latency is at least
 max(t_compute, t_memory,min) + t_fill + f·t_kernel, where t_memory,min streams
@@ -73,7 +79,9 @@ same numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,6 +92,7 @@ import numpy.typing as npt
 
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
+from perfmodel.engines import GemmDispatch
 from perfmodel.ops.cost import Array
 from perfmodel.ops.gemm import Gemm, operand_bytes, tiled_traffic
 from perfmodel.timing.core import Env, l2_hit_fraction, overlap, share_limited_efficiency
@@ -91,7 +100,7 @@ from perfmodel.timing.family import FamilyParams
 from perfmodel.timing.kernels import gemm_splits_k
 from perfmodel.timing.knobs import Knobs
 
-__all__ = ["time_gemm"]
+__all__ = ["menu_efficiency", "time_gemm"]
 
 _CHUNK = 1 << 15
 #: Shapes up to which one call evaluates every candidate on every shape (:func:`_time_all`)
@@ -673,14 +682,74 @@ def _chunked(time: Callable[..., dict[str, Array]], cols: tuple[Array, ...],
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
+def menu_efficiency(menu: tuple[tuple[float, float, float], ...], tm: float,
+                    tn: float) -> float:
+    """Relative efficiency of a t_m×t_n tile by the menu ``menu`` ((t_m, t_n, e) rows): its
+    own e where the menu has the tile; else by its operand reuse I = t_m·t_n/(t_m + t_n)
+    (elements of math per element loaded), linearly between the menu's (I, e) points (the
+    best e at equal I), the largest point's e above them, and e_min·I/I_min below the
+    smallest (a tile that loads more per MMA is fed at a rate proportional to its reuse).
+    Ampere's menu: 32×128 (I = 25.6) → 0.53, 16×64 (I = 12.8) → 0.27."""
+    for a, b, e in menu:
+        if a == tm and b == tn:
+            return e
+    best: dict[float, float] = {}
+    for a, b, e in menu:
+        i = a * b / (a + b)
+        best[i] = max(e, best.get(i, 0.0))
+    points = sorted(best.items())
+    reuse = tm * tn / (tm + tn)
+    if reuse <= points[0][0]:
+        return points[0][1] * reuse / points[0][0]
+    for (i0, e0), (i1, e1) in itertools.pairwise(points):
+        if reuse <= i1:
+            return e0 + (e1 - e0) * (reuse - i0) / (i1 - i0)
+    return points[-1][1]
+
+
+def _dispatched(k: Knobs, tm: float, tn: float) -> Knobs:
+    """``k`` with a one-tile tensor menu: the t_m×t_n tile a dispatch table names."""
+    fam = k.family
+    tile = (tm, tn, menu_efficiency(fam.tensor_tiles, tm, tn))
+    return dataclasses.replace(k, family=dataclasses.replace(fam, tensor_tiles=(tile,)))
+
+
+def _time_dispatched(op: Gemm, k: Knobs, env: Env, efficiency: float,
+                     cta_bandwidth: float | None, dispatch: GemmDispatch) -> dict[str, Any]:
+    """:func:`time_gemm` of a kernel whose tile ``dispatch`` fixes by shape: each distinct
+    tile's shapes timed with that tile alone."""
+    if op.shape == () and np.ndim(env.copies) == 0:
+        return time_gemm(op, _dispatched(k, *dispatch.tile(float(op.m), float(op.n))), env,
+                         efficiency, cta_bandwidth)
+    shape = np.broadcast_shapes(op.shape, np.shape(env.copies))
+    m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
+    copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
+    tiles = np.array([dispatch.tile(x, y) for x, y in zip(m.tolist(), n.tolist(), strict=True)],
+                     dtype=np.float64).reshape(-1, 2)
+    out: dict[str, Array] = {}
+    for tm, tn in np.unique(tiles, axis=0).tolist():
+        idx = np.flatnonzero((tiles[:, 0] == tm) & (tiles[:, 1] == tn))
+        sub = dataclasses.replace(op, m=m[idx], n=n[idx], k=kk[idx], batch=b[idx])
+        rotated: Any = copies[idx]  # Env.copies: a number, or an array like the shape
+        part = time_gemm(sub, _dispatched(k, tm, tn), dataclasses.replace(env, copies=rotated),
+                         efficiency, cta_bandwidth)
+        for key, v in part.items():
+            out.setdefault(key, np.empty(m.size))[idx] = v
+    return {key: v.reshape(shape) for key, v in out.items()}
+
+
 def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
-              cta_bandwidth: float | None = None) -> dict[str, Any]:
+              cta_bandwidth: float | None = None,
+              dispatch: GemmDispatch | None = None) -> dict[str, Any]:
     """Best-candidate timing of the GEMM kernel of ``op`` (arrays shaped like the op's
     broadcast shape; floats for a scalar op; the activation-quantize stage, if any, is
     timed by the caller). ``efficiency`` scales the achievable rate for the op's kernel
     family and scheme; ``cta_bandwidth`` is the per-CTA bandwidth multiple (default: the
     knobs'). On a vector unit a GEMV-style kernel is one more candidate for a GEMM of few
-    rows (:func:`_gemv`)."""
+    rows (:func:`_gemv`). With a ``dispatch`` table (a tensor-core kernel whose engine
+    fixes its tile by shape) each shape has that one tile (:func:`_time_dispatched`)."""
+    if dispatch is not None and k.unit == "tensor":
+        return _time_dispatched(op, k, env, efficiency, cta_bandwidth, dispatch)
     rate = k.rate * efficiency
     call = _call(k, env, rate, op, gemm_splits_k(op.impl), cta_bandwidth)
     gemv = k.unit == "vector"
