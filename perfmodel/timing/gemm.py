@@ -714,6 +714,20 @@ def _dispatched(k: Knobs, tm: float, tn: float) -> Knobs:
     return dataclasses.replace(k, family=dataclasses.replace(fam, tensor_tiles=(tile,)))
 
 
+def _table_tiles(dispatch: GemmDispatch, m: Array,
+                 n: Array) -> tuple[npt.NDArray[np.intp], list[tuple[float, float]]]:
+    """The tile ``dispatch`` names for each shape (:meth:`perfmodel.engines.GemmDispatch.tile`
+    on arrays, the first matching row wins): an index per shape into the distinct tiles."""
+    tiles = sorted({(tm, tn) for _, _, tm, tn in dispatch.rows})
+    which = np.full(m.size, -1, dtype=np.intp)
+    for m_max, n_max, tm, tn in reversed(dispatch.rows):  # the first row wins: set last
+        which[(m <= m_max) & (n <= n_max)] = tiles.index((tm, tn))
+    if (which < 0).any():
+        i = int(np.flatnonzero(which < 0)[0])
+        dispatch.tile(float(m[i]), float(n[i]))  # raises: no row holds this shape
+    return which, tiles
+
+
 def _time_dispatched(op: Gemm, k: Knobs, env: Env, efficiency: float,
                      cta_bandwidth: float | None, dispatch: GemmDispatch) -> dict[str, Any]:
     """:func:`time_gemm` of a kernel whose tile ``dispatch`` fixes by shape: each distinct
@@ -724,14 +738,13 @@ def _time_dispatched(op: Gemm, k: Knobs, env: Env, efficiency: float,
     shape = np.broadcast_shapes(op.shape, np.shape(env.copies))
     m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
     copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
-    tiles = np.array([dispatch.tile(x, y) for x, y in zip(m.tolist(), n.tolist(), strict=True)],
-                     dtype=np.float64).reshape(-1, 2)
+    which, tiles = _table_tiles(dispatch, m, n)
     out: dict[str, Array] = {}
-    for tm, tn in np.unique(tiles, axis=0).tolist():
-        idx = np.flatnonzero((tiles[:, 0] == tm) & (tiles[:, 1] == tn))
+    for j in np.unique(which).tolist():
+        idx = np.flatnonzero(which == j)
         sub = dataclasses.replace(op, m=m[idx], n=n[idx], k=kk[idx], batch=b[idx])
         rotated: Any = copies[idx]  # Env.copies: a number, or an array like the shape
-        part = time_gemm(sub, _dispatched(k, tm, tn), dataclasses.replace(env, copies=rotated),
+        part = time_gemm(sub, _dispatched(k, *tiles[j]), dataclasses.replace(env, copies=rotated),
                          efficiency, cta_bandwidth)
         for key, v in part.items():
             out.setdefault(key, np.empty(m.size))[idx] = v
