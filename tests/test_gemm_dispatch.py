@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import perfmodel as pm
+from perfmodel.cli.main import main
 from perfmodel.engines import gemm_dispatch
 from perfmodel.timing import RunContext, predict
 from perfmodel.timing.constants import bundled_constants
@@ -104,6 +105,8 @@ def test_a_prediction_times_the_tables_tile_where_the_fastest_differs() -> None:
         free = predict(_fp8(m, n, 4096), hw, context=RunContext(launch="graph"))
         assert (float(p.details["tile_m"]), float(p.details["tile_n"])) == \
             _vllm_sm89(m, n)
+        assert p.details["tile_from"] == "the engine's dispatch table"
+        assert "tile_from" not in free.details
         differs += (float(free.details["tile_m"]), float(free.details["tile_n"])) != \
             _vllm_sm89(m, n)
     assert differs >= 3  # the menu's fastest tile is another for most of these shapes
@@ -177,3 +180,13 @@ def test_a_tile_off_the_menu_takes_the_efficiency_of_its_operand_reuse() -> None
     effs = [menu_efficiency(menu, a, b) for a, b in shapes
             if not any((a, b) == (x, y) for x, y, _ in menu)]
     assert all(y >= x - 1e-12 for x, y in itertools.pairwise(effs))
+
+
+def test_the_explanation_names_the_tables_tile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "gemm", "--gpu", "l40s", "--m", "100", "--n", "12288", "--k",
+                 "4096", "--dtype", "fp8", "--engine", "vllm", "--quant", "per-tensor",
+                 "--launch", "graph"]) == 0
+    text = capsys.readouterr().out
+    assert "tile 128x128" in text  # vLLM's M128 bucket, n = 12,288 <= 16,384
+    assert "kernel family cutlass" in text
+    assert "tile from the engine's dispatch table" in text

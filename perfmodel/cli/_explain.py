@@ -110,7 +110,8 @@ def _detail_lines(p: Prediction) -> list[str]:
     if "waves" in d:
         out.append(f"waves {_scalar(d.pop('waves')):g}")
     if "impl" in d:
-        out.append(f"attention path {d.pop('impl')}")
+        out.append(f"{'kernel family' if p.op == 'gemm' else 'attention path'} "
+                   f"{d.pop('impl')}")
     if "q_tile" in d:
         out.append(f"query tile {_scalar(d.pop('q_tile')):g}")
     if "splits" in d:

@@ -208,7 +208,8 @@ def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
         bandwidth=k.bandwidth, ridge_point=_ridge(k),
         details={"tile_m": t["tile_m"], "tile_n": t["tile_n"], "split_k": t["split_k"],
                  "waves": t["waves"], "kernels": t["launches"], "unit": k.unit,
-                 "impl": op.impl, "quant": op.quant},
+                 "impl": op.impl, "quant": op.quant,
+                 **({"tile_from": "the engine's dispatch table"} if dispatch else {})},
     )
     stages: list[tuple[str, Prediction]] = []
     if op.quantize_input:
