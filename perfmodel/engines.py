@@ -352,7 +352,7 @@ class GemmDispatch:
         columns."""
         for m_max, n_max, tm, tn in self.rows:
             if m <= m_max and n <= n_max:
-                return tm, tn
+                return float(tm), float(tn)
         raise PerfmodelError("dispatch", f"no row for m={m}, n={n}",
                              "end a dispatch table with an unbounded row")
 
@@ -396,7 +396,9 @@ def gemm_dispatch(engine: str, arch: str, impl: str, quant: str) -> GemmDispatch
     """
     if quant not in ("per-tensor", "per-channel"):
         return None
-    return _DISPATCH.get((normalize_engine(engine), arch, impl))
+    # canonical names only, as the engine-cost lookups take them: a name no engine has
+    # (a RunContext's free-form field) means no engine here too
+    return _DISPATCH.get((engine, arch, impl))
 
 
 #: Schemes whose activation quantization an engine fuses into the kernel that produces the

@@ -89,6 +89,8 @@ def test_only_the_encoded_kernels_have_a_table() -> None:
     assert gemm_dispatch("trtllm", "ada", "cutlass", "block") is None
     assert gemm_dispatch("vllm", "ada", "triton", "block") is None
     assert gemm_dispatch("none", "ada", "cutlass", "per-tensor") is None
+    # a name no engine profile has means no engine, as for the engine-cost lookups
+    assert gemm_dispatch("not-an-engine", "ada", "cutlass", "per-tensor") is None
     assert gemm_dispatch("vllm", "ada", "cutlass", "none") is None
 
 
