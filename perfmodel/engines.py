@@ -379,9 +379,19 @@ _SGLANG_SM89_FP8 = GemmDispatch((
     (256, 8192, 128, 64), (256, 16384, 64, 128), (256, _INF, 128, 64),
     (_INF, _INF, 128, 128),
 ), "sgl-project/sglang sgl-kernel/csrc/gemm/fp8_gemm_kernel.cu (commit 04ec0bc)")
-_DISPATCH: dict[tuple[str, str, str], GemmDispatch] = {
-    ("vllm", "ada", "cutlass"): _VLLM_SM89_FP8,
-    ("sglang", "ada", "cutlass"): _SGLANG_SM89_FP8,
+#: TensorRT-LLM's SM89 block-scaled fp8 GEMM (``gemm_dispatch_sm89``, its hand-written
+#: ``ada_blockwise_gemm`` kernel: mma.sync e4m3 with the per-128-k scales applied in
+#: registers) has one tile for every shape: 32×128 (×128 of k, 3 stages).
+_TRTLLM_SM89_FP8_BLOCK = GemmDispatch(
+    ((_INF, _INF, 32, 128),),
+    "NVIDIA/TensorRT-LLM cpp/tensorrt_llm/kernels/cutlass_kernels/fp8_blockscale_gemm/"
+    "fp8_blockscale_gemm_kernel.cuh gemm_dispatch_sm89 (commit eef8cda)")
+_DISPATCH: dict[tuple[str, str, str, str], GemmDispatch] = {
+    ("vllm", "ada", "cutlass", "per-tensor"): _VLLM_SM89_FP8,
+    ("vllm", "ada", "cutlass", "per-channel"): _VLLM_SM89_FP8,
+    ("sglang", "ada", "cutlass", "per-tensor"): _SGLANG_SM89_FP8,
+    ("sglang", "ada", "cutlass", "per-channel"): _SGLANG_SM89_FP8,
+    ("trtllm", "ada", "cutlass", "block"): _TRTLLM_SM89_FP8_BLOCK,
 }
 
 
@@ -391,14 +401,13 @@ def gemm_dispatch(engine: str, arch: str, impl: str, quant: str) -> GemmDispatch
     (the vendor library's heuristics, kernels that size their blocks to the call).
 
     Encoded: vLLM's and SGLang's SM89 (Ada) fp8 CUTLASS scaled-mm kernels (per-tensor and
-    per-channel scales). Their Hopper and Blackwell builds also pick tiles from tables
-    (with cluster shapes), which are not encoded: there the menu's fastest tile stands in.
+    per-channel scales) and TensorRT-LLM's SM89 block-scaled fp8 GEMM (one tile). The
+    Hopper and Blackwell builds of the scaled-mm kernels also pick tiles from tables (with
+    cluster shapes), which are not encoded: there the menu's fastest tile stands in.
     """
-    if quant not in ("per-tensor", "per-channel"):
-        return None
     # canonical names only, as the engine-cost lookups take them: a name no engine has
     # (a RunContext's free-form field) means no engine here too
-    return _DISPATCH.get((engine, arch, impl))
+    return _DISPATCH.get((engine, arch, impl, quant))
 
 
 #: Schemes whose activation quantization an engine fuses into the kernel that produces the

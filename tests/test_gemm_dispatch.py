@@ -1,5 +1,6 @@
 """Engine GEMM kernels whose CTA tile a fixed table picks by shape (vLLM's and SGLang's SM89
-fp8 scaled-mm): the table's tile is the one timed, not the fastest of the menu.
+fp8 scaled-mm, TensorRT-LLM's SM89 block-fp8 GEMM): the table's tile is the one timed, not
+the fastest of the menu.
 
 The expected tiles are computed here from the engines' own dispatch code as written there
 (vLLM: M bucket max(32, next_pow_2(m)) and next_pow_2(n), with its ``np2 <= 8196`` bound;
@@ -82,11 +83,25 @@ def test_the_stored_tables_select_what_the_engines_code_selects(engine: str, qua
             assert table.tile(m, n) == rule(m, n), (m, n)  # type: ignore[operator]
 
 
+def test_tensorrt_llms_sm89_block_fp8_gemm_has_one_tile() -> None:
+    # gemm_dispatch_sm89: TileShape GemmShape<32, 128, 128> for every call
+    table = gemm_dispatch("trtllm", "ada", "cutlass", "block")
+    assert table is not None
+    for m in _MS:
+        for n in _NS:
+            assert table.tile(m, n) == (32.0, 128.0)
+    p = predict(pm.Gemm(m=4096, n=7168, k=4096, dtype="fp8", out_dtype="bf16",
+                        quant="block", impl="cutlass", quantize_input=True),
+                pm.load_hardware("l40s"), context=RunContext(launch="graph", engine="trtllm"))
+    assert (float(p.details["tile_m"]), float(p.details["tile_n"])) == (32.0, 128.0)
+
+
 def test_only_the_encoded_kernels_have_a_table() -> None:
     assert gemm_dispatch("vllm", "hopper", "cutlass", "per-tensor") is None
     assert gemm_dispatch("vllm", "blackwell", "cutlass", "per-tensor") is None
     assert gemm_dispatch("trtllm", "ada", "cublas", "per-tensor") is None
-    assert gemm_dispatch("trtllm", "ada", "cutlass", "block") is None
+    assert gemm_dispatch("trtllm", "hopper", "cutlass", "block") is None
+    assert gemm_dispatch("trtllm", "ada", "cutlass", "per-tensor") is None
     assert gemm_dispatch("vllm", "ada", "triton", "block") is None
     assert gemm_dispatch("none", "ada", "cutlass", "per-tensor") is None
     # a name no engine profile has means no engine, as for the engine-cost lookups

@@ -4,10 +4,12 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when vLLM's and SGLang's SM89 fp8 scaled-mm kernels began to take the tile of
-their engines' dispatch tables (perfmodel.engines.gemm_dispatch, with the refit that came
-with it); before that when a split-K GEMM's reduce kernel began to cost a fitted number of
-graph kernel floors per architecture (gemm_split_reduce, with the refit that came with it);
+last retaken when TensorRT-LLM's SM89 block-fp8 GEMM began to run its one 32×128 tile
+(perfmodel.engines.gemm_dispatch, with the refit that came with it); before that when
+vLLM's and SGLang's SM89 fp8 scaled-mm kernels began to take the tile of their engines'
+dispatch tables (with the refit that came with it); before that when a split-K GEMM's
+reduce kernel began to cost a fitted number of graph kernel floors per architecture
+(gemm_split_reduce, with the refit that came with it);
 before that when a persistent attention family's decode kernels began to hide a share of their
 later tiles' fixed time of their own (decode_tile_overlap, with the refit that came with
 it); before that when the CTAs of GEMM families that never split K began to pull their

@@ -62,9 +62,10 @@ where faster.
 A tensor core computes whole fragments; its padded tiles stay.
 
 A kernel whose engine picks its CTA tile from a fixed table by the call's shape
-(:class:`perfmodel.engines.GemmDispatch`: vLLM's and SGLang's SM89 fp8 scaled-mm) has one
-candidate per shape, the table's tile, whatever is fastest; a tile the architecture's menu
-lacks takes the efficiency the menu gives its operand reuse I = t_m·t_n/(t_m + t_n)
+(:class:`perfmodel.engines.GemmDispatch`: vLLM's and SGLang's SM89 fp8 scaled-mm,
+TensorRT-LLM's SM89 block-fp8 GEMM, whose one tile is 32×128) has one candidate per
+shape, the table's tile, whatever is fastest; a tile the architecture's menu lacks takes
+the efficiency the menu gives its operand reuse I = t_m·t_n/(t_m + t_n)
 (:func:`menu_efficiency`).
 
 The library is modelled as choosing the fastest candidate (the first of equals in menu
