@@ -683,6 +683,24 @@ def _chunked(time: Callable[..., dict[str, Array]], cols: tuple[Array, ...],
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
+def _one(op: Gemm, env: Env) -> bool:
+    """Whether the call is one shape: a scalar op, and one number of rotated copies."""
+    return op.shape == () and np.ndim(env.copies) == 0
+
+
+def _flat(op: Gemm, env: Env) -> tuple[tuple[int, ...], Array, Array, Array, Array]:
+    """The broadcast shape of ``op``'s fields and ``env.copies``, and m, n, k and batch
+    flattened over it."""
+    shape = np.broadcast_shapes(op.shape, np.shape(env.copies))
+    m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
+    return shape, m, n, kk, b
+
+
+def _flat_copies(env: Env, shape: tuple[int, ...]) -> Array:
+    """``env.copies`` flattened over ``shape`` (:func:`_flat`)."""
+    return np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
+
+
 def menu_efficiency(menu: tuple[tuple[float, float, float], ...], tm: float,
                     tn: float) -> float:
     """Relative efficiency of a t_m×t_n tile by the menu ``menu`` ((t_m, t_n, e) rows): its
@@ -733,12 +751,11 @@ def _time_dispatched(op: Gemm, k: Knobs, env: Env, efficiency: float,
                      cta_bandwidth: float | None, dispatch: GemmDispatch) -> dict[str, Any]:
     """:func:`time_gemm` of a kernel whose tile ``dispatch`` fixes by shape: each distinct
     tile's shapes timed with that tile alone."""
-    if op.shape == () and np.ndim(env.copies) == 0:
+    if _one(op, env):
         return time_gemm(op, _dispatched(k, *dispatch.tile(float(op.m), float(op.n))), env,
                          efficiency, cta_bandwidth)
-    shape = np.broadcast_shapes(op.shape, np.shape(env.copies))
-    m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
-    copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
+    shape, m, n, kk, b = _flat(op, env)
+    copies = _flat_copies(env, shape)
     which, tiles = _table_tiles(dispatch, m, n)
     out: dict[str, Array] = {}
     for j in np.unique(which).tolist():
@@ -768,8 +785,7 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
     call = _call(k, env, rate, op, gemm_splits_k(op.impl), cta_bandwidth)
     gemv = k.unit == "vector"
     l2 = k.l2_bytes
-    shape = op.shape
-    if shape == () and np.ndim(env.copies) == 0:
+    if _one(op, env):
         one = _one_shape(op, call, env, l2)
         if gemv and float(op.m) <= GEMV_ROWS:
             # the GEMV kernel: one launch, no split-K, the rows it has
@@ -778,16 +794,15 @@ def time_gemm(op: Gemm, k: Knobs, env: Env, efficiency: float = 1.0,
             if g["latency_s"] < one["latency_s"]:
                 return g
         return one
-    shape = np.broadcast_shapes(shape, np.shape(env.copies))
-    m, n, kk, b = (np.broadcast_to(x, shape).ravel() for x in (op.m, op.n, op.k, op.batch))
+    shape, m, n, kk, b = _flat(op, env)
     a, w, c = operand_bytes(m, n, kk, b, call.s_in, call.s_in, call.s_out, op.shared_b,
                             op.bias, op.quant)
     b_mats = 1.0 if op.shared_b else b
     fits = (a / b + w / b_mats) <= l2
     per_byte: Any = None
     if env.warm:
-        copies = np.broadcast_to(np.asarray(env.copies, dtype=np.float64), shape).ravel()
-        per_byte = _per_byte(call, _footprint(a, w, c, env, copies), VECTOR)
+        per_byte = _per_byte(call, _footprint(a, w, c, env, _flat_copies(env, shape)),
+                             VECTOR)
     flat = _search(call, m, n, kk, b, a, w, c, fits, per_byte)
     few = np.flatnonzero(m <= GEMV_ROWS) if gemv else np.empty(0, dtype=np.intp)
     if few.size:
