@@ -880,6 +880,32 @@ def test_trtllm_context_fmha_on_hopper_is_its_warp_specialised_family() -> None:
     assert t("a100-80gb-sxm", slow_v2) > 1.5 * t("a100-80gb-sxm", PRIORS)
 
 
+def test_fa4_on_hopper_is_its_sm90_kernel_and_blackwell_takes_none_of_its_fit() -> None:
+    """FlashAttention-4 builds one kernel per architecture behind one interface
+    (flash_attn/cute/flash_fwd_sm90.py, flash_fwd_sm100.py): ``flash4`` resolves to
+    ``flash4-sm90`` on Hopper, and what Hopper's FA4 rows fit does not reach the Blackwell
+    kernel, which takes its kin's (trtllm-gen's) constants until it is measured."""
+    op = pm.Attention(batch=8, heads=32, kv_heads=8, seq_q=1, seq_kv=4096, head_dim=128,
+                      impl="flash4")
+    assert predict(op, "h100-sxm", constants=PRIORS).details["impl"] == "flash4-sm90"
+    assert predict(op, "b200", constants=PRIORS).details["impl"] == "flash4"
+    hopper_fit = PRIORS.with_values({"attn.flash4-sm90.decode_tile_s": 2e-5,
+                                     "attn.flash4-sm90.decode_tile_s.hopper": 2e-5,
+                                     "attn.flash4-sm90.efficiency": 0.3,
+                                     "attn.flash4-sm90.efficiency.hopper": 0.3}, "test")
+    gen_fit = PRIORS.with_values({"attn.trtllm-gen.decode_tile_s": 9e-6,
+                                  "attn.trtllm-gen.decode_tile_s.blackwell": 9e-6}, "test")
+
+    def t(gpu: str, consts: Constants) -> float:
+        return float(predict(op, gpu, constants=consts).latency_s)
+
+    assert t("b200", hopper_fit) == pytest.approx(t("b200", PRIORS), rel=1e-12)
+    assert t("h100-sxm", hopper_fit) > t("h100-sxm", PRIORS) + 15e-6
+    # the kin's decode tile (9 µs against the 1 µs prior) is FA4's on Blackwell
+    assert t("b200", gen_fit) > t("b200", PRIORS) + 7e-6
+    assert "trtllm-gen" in gen_fit.provenance("attn.flash4.decode_tile_s.blackwell")
+
+
 @pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
 def test_rtx_blackwell_runs_cutlass_for_block_fp8_and_nvfp4(engine: str) -> None:
     """SM120 (RTX PRO 6000, RTX 5090) has neither DeepGEMM nor the SM100 CuTe-DSL

@@ -92,8 +92,8 @@ register(*(
 ))
 #: Kernel families an engine call may run (GEMM and attention ``impl`` values).
 _IMPLS = ("auto", "cublas", "cutlass", "deepgemm", "cutedsl", "triton", "flash2", "flash3",
-          "flash3-sm8x", "flash4", "fmha-v2", "fmha-v2-sm90", "xqa", "mmha", "trtllm-gen",
-          "flashinfer", "flashinfer-sm100")
+          "flash3-sm8x", "flash4", "flash4-sm90", "fmha-v2", "fmha-v2-sm90", "xqa", "mmha",
+          "trtllm-gen", "flashinfer", "flashinfer-sm100")
 register(*(
     Param(call_name(e, f"{kind}.{impl}"), 0.0, 0.0, 40e-6, "s at 1.5 GHz",
           f"{call_name(e, kind)} when the call runs {impl} kernels (each backend of an "

@@ -355,8 +355,23 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "Tile shapes otherwise FlashAttention-2's (an assumption)" + _SYNC,
                     sync_mma=True, kin=("flash2",), max_splits=128.0, min_rows=128.0),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
-                    "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first; also built for "
-                    "Hopper): persistent, warp-specialised like FA3; " + _BIG_D,
+                    "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first): persistent, "
+                    "warp-specialised, its matrix work on tcgen05 into tensor memory "
+                    "(flash_attn/cute/flash_fwd_sm100.py); on Hopper the same interface runs "
+                    "another kernel, flash_fwd_sm90.py (warpgroup MMA, FA3's design), which "
+                    "``flash4`` resolves to there (``flash4-sm90``), so that Hopper's rows do "
+                    "not become the Blackwell kernel's constants; its kin while it has no "
+                    "measurements: TensorRT-LLM's trtllm-gen kernels, Blackwell's other "
+                    "persistent tcgen05 attention, then FA3; " + _BIG_D,
+                    kin=("trtllm-gen", "flash3"), built_as=(("hopper", "flash4-sm90"),)),
+    AttentionFamily("flash4-sm90", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
+                    "short", "auto",
+                    "FlashAttention-4's Hopper kernel (Dao-AILab/flash-attention "
+                    "flash_attn/cute/flash_fwd_sm90.py, beside flash_fwd_sm100.py and "
+                    "flash_fwd_sm120.py: one kernel per architecture behind one interface): "
+                    "warpgroup MMA and TMA loads, persistent and warp-specialised like FA3 "
+                    "(its kin); a family of its own, which ``flash4`` resolves to on Hopper "
+                    "(vLLM's head-dim-512 rows on AIConfigurator's H100); " + _BIG_D,
                     kin=("flash3",)),
     AttentionFamily("fmha-v2", False, (), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
@@ -475,7 +490,7 @@ def tile_efficiency(q_tile: Any, kv_tile: Any, ops: Ops = VECTOR) -> Any:
 
 
 #: The kernel families whose softmax overlaps the matrix work (FA3-class scheduling).
-OVERLAPPED_SOFTMAX = ("flash3", "flash4", "trtllm-gen", "flashinfer-sm100")
+OVERLAPPED_SOFTMAX = ("flash3", "flash4", "flash4-sm90", "trtllm-gen", "flashinfer-sm100")
 
 
 def attention_family(impl: str) -> AttentionFamily:
