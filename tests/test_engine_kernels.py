@@ -906,6 +906,29 @@ def test_fa4_on_hopper_is_its_sm90_kernel_and_blackwell_takes_none_of_its_fit() 
     assert "trtllm-gen" in gen_fit.provenance("attn.flash4.decode_tile_s.blackwell")
 
 
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "b300"])
+def test_no_fa3_on_blackwell_its_fused_kernel_is_fa4(gpu: str) -> None:
+    """FlashAttention-3 has no Blackwell build (its warpgroup MMA is SM90-only): there the
+    native fused kernel (``flash``), ``flash3`` and its alias ``cudnn`` are FA4's kernel,
+    and Hopper's FA3 fit does not reach them."""
+    op = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=2048, seq_kv=2048, head_dim=128,
+                      causal=True)
+    for impl in ("flash", "flash3", "cudnn", "flash4"):
+        p = predict(dataclasses.replace(op, impl=impl), gpu, constants=PRIORS)
+        assert p.details["impl"] == "flash4"
+    assert predict(op, "h100-sxm", constants=PRIORS).details["impl"] == "flash3"
+    # with Blackwell's trtllm-gen measured (FA4's first kin), an FA3 fit moves Hopper only
+    gen = PRIORS.with_values({"attn.trtllm-gen.tile_s": 1e-6}, "test")
+    fa3_fit = gen.with_values({"attn.flash3.efficiency": 0.3,
+                               "attn.flash3.efficiency.hopper": 0.3}, "test")
+
+    def t(g: str, consts: Constants) -> float:
+        return float(predict(op, g, constants=consts).latency_s)
+
+    assert t(gpu, fa3_fit) == pytest.approx(t(gpu, gen), rel=1e-12)
+    assert t("h100-sxm", fa3_fit) > 1.5 * t("h100-sxm", gen)
+
+
 @pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
 def test_rtx_blackwell_runs_cutlass_for_block_fp8_and_nvfp4(engine: str) -> None:
     """SM120 (RTX PRO 6000, RTX 5090) has neither DeepGEMM nor the SM100 CuTe-DSL

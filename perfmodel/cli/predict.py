@@ -77,7 +77,7 @@ the whole batch (a linear layer's weight); --bias: an epilogue bias vector of le
   perfmodel predict attention --gpu b200 --batch 64 --heads 32 --kv-heads 8 --seq-q 1 \
       --seq-kv 4096 --head-dim 128 --dtype bf16 --engine trtllm --launch graph
 --impl/--kernel: flash (the fused kernel native to the GPU), flash2, flash3 (its SM8x build
-on Ampere and Ada), flash4, paged
+on Ampere and Ada; none for Blackwell, where it means FA4's kernel), flash4, paged
 (FA2 paged-KV), fmha-v2 and xqa (TensorRT-LLM before Blackwell), trtllm-gen (Blackwell),
 flashinfer, flashinfer-sm100 (its Blackwell backends), triton, naive (unfused math path:
 QK^T, scale/mask, softmax, PV).

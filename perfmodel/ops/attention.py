@@ -25,8 +25,10 @@ __all__ = ["IMPLS", "UNFUSED_IMPLS", "Attention", "causal_pairs", "computed_pair
 Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "math", "fmha-v2",
                "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton"]
 #: Kernel families. ``flash`` is the fused kernel native to the architecture (FA2-class
-#: before Hopper, FA3/cuDNN-class on Hopper and later); ``flash2``/``flash3``/``flash4``
-#: are FlashAttention 2, 3 and 4 (CuTe); ``paged`` is FlashAttention-2's paged-KV kernel
+#: before Hopper, FA3/cuDNN-class on Hopper, FA4's kernel on Blackwell);
+#: ``flash2``/``flash3``/``flash4`` are FlashAttention 2, 3 and 4 (CuTe; FA3 has no
+#: Blackwell build, so there ``flash3`` and ``cudnn`` are FA4's kernel too); ``paged`` is
+#: FlashAttention-2's paged-KV kernel
 #: (``flash_attn_with_kvcache``); ``fmha-v2`` and ``xqa`` are TensorRT-LLM's context and
 #: decode kernels before Blackwell (on Hopper ``fmha-v2`` is its warp-specialised SM90
 #: kernels, a family of their own in the timing model; ``mmha`` its masked multi-head

@@ -54,8 +54,8 @@ _BLACKWELL_HINT = ("use impl='fmha-v2' or 'xqa' (TensorRT-LLM before Blackwell),
 #: builds an SM8x path (Ampere, Ada: the ``flash3-sm8x`` family), none before.
 _BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
     "flash4": (_FA3_ARCHS, "need Hopper or later", _FLASH_HINT),
-    "flash3": (("ampere", "ada", *_FA3_ARCHS), "are built for Ampere, Ada, Hopper and "
-               "Blackwell (SM8x path before Hopper)", _FLASH_HINT),
+    "flash3": (("ampere", "ada", *_FA3_ARCHS), "are built for Ampere, Ada and Hopper (SM8x "
+               "path before Hopper; on Blackwell FA4's kernel stands for them)", _FLASH_HINT),
     "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
     "flashinfer-sm100": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
 }

@@ -43,7 +43,8 @@ class FamilyParams:
         The same for a GEMM CTA's own tile; None (GPU families): the fitted model constant
         ``gemm_cta_bandwidth`` (:func:`perfmodel.timing.kernels.gemm_cta_bandwidth`).
     flash_impl:
-        What ``impl="flash"`` means on this family (``flash2`` or ``flash3``).
+        What ``impl="flash"`` means on this family (``flash2``, ``flash3``, or on
+        Blackwell ``flash4``: FlashAttention-3 has no Blackwell build).
     flash_efficiency:
         Tensor efficiency of the fused attention kernel relative to the GEMM fraction.
     softmax_overlap:
@@ -156,7 +157,7 @@ FAMILIES: Mapping[str, FamilyParams] = MappingProxyType({
                            flash_impl="flash3", flash_efficiency=0.85,
                            sync_mma_fraction=_HOPPER_SYNC_MMA),
     "blackwell": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
-                              flash_impl="flash3", flash_efficiency=0.85,
+                              flash_impl="flash4", flash_efficiency=0.85,
                               sync_mma_fraction=_BLACKWELL_SYNC_MMA),
     "blackwell-consumer": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "cdna1": FamilyParams(tensor_tiles=_CDNA_TILES, vector_tiles=_CDNA_TILES,

@@ -310,7 +310,11 @@ _FA3 = "FlashAttention-3 paper (Shah et al. 2024) and source (tile_size_fwd_sm90
        "warp-specialised TMA producer/consumer warpgroups, ping-pong scheduling, persistent " \
        "tile scheduler, 192×128 tiles for d ≤ 64, 128×128 to d 128, 128×80 to d 256; " \
        "pack_gqa when it fills the query tiles better (heuristics.h should_pack_gqa: unpacked " \
-       "fill < 0.9 × packed fill)"
+       "fill < 0.9 × packed fill). No Blackwell build (its warpgroup MMA is SM90-only; " \
+       "FA3 runs on Ampere, Ada and Hopper: Dao-AILab/flash-attention issue 1049; for " \
+       "Blackwell its authors pointed to cuDNN and CUTLASS's FMHA, issue 1464, then FA4): " \
+       "there ``flash3`` and its alias ``cudnn`` mean the FA3/cuDNN-class kernel Blackwell " \
+       "has, modelled as FA4's"
 _TRITON = "SGLang triton_ops/extend_attention.py block sizes (BLOCK_M×BLOCK_N): sm100 64×64 " \
           "(d ≤ 256) / 16×64; sm90 128×64 / 32×64; sm89 64×128 (d ≤ 128) / 64×64 / 32×32; " \
           "sm80 128×128 / 64×64 / 32×64; one program per (sequence, head, query block)"
@@ -338,7 +342,8 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     + _FA2_ROWS + _SYNC, sync_mma=True, kin=("flash2",), **_FA2_SPLIT),
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
                                      (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3,
-                    built_as=(("ampere", "flash3-sm8x"), ("ada", "flash3-sm8x"))),
+                    built_as=(("ampere", "flash3-sm8x"), ("ada", "flash3-sm8x"),
+                              ("blackwell", "flash4"))),
     AttentionFamily("flash3-sm8x", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)),
                     "always", "auto",
                     "FlashAttention-3's source built for SM80/SM86/SM89 (its hopper/ folder "
