@@ -207,3 +207,23 @@ def test_specs_show_json_has_provenance_and_model_constants(
     assert "attn.flash2.efficiency.blackwell" in names
     assert "gemm.deepgemm.block.cta_inflight.blackwell" in names
     assert all(c["provenance"] for c in consts["headline"])
+    # only the attention families that run on the architecture as themselves
+    assert "attn.flash4.efficiency.blackwell" in names
+    assert "attn.trtllm-gen.efficiency.blackwell" in names
+    assert "attn.flash3.efficiency.blackwell" not in names  # built as FA4 there
+    assert "attn.flash4-sm90.efficiency.blackwell" not in names
+
+
+@pytest.mark.parametrize(("arch", "runs", "not_here"), [
+    ("hopper", {"flash3", "flash4-sm90", "fmha-v2-sm90", "xqa", "persistent"},
+     {"flash4", "fmha-v2", "flash3-sm8x", "trtllm-gen", "flashinfer-sm100"}),
+    ("ampere", {"flash2", "flash3-sm8x", "fmha-v2", "xqa", "resident"},
+     {"flash3", "flash4", "flash4-sm90", "fmha-v2-sm90", "trtllm-gen"}),
+    ("blackwell", {"flash4", "trtllm-gen", "flashinfer-sm100", "fmha-v2"},
+     {"flash3", "flash4-sm90", "fmha-v2-sm90", "flash3-sm8x"}),
+])
+def test_attention_runs_on(arch: str, runs: set[str], not_here: set[str]) -> None:
+    from perfmodel.timing import attention_runs_on
+
+    assert all(attention_runs_on(f, arch) for f in runs)
+    assert not any(attention_runs_on(f, arch) for f in not_here)

@@ -278,15 +278,17 @@ def _efficiency_lines(hw: HardwareSpec) -> list[str]:
 def model_constants(arch: str) -> dict[str, Any]:
     """The model constants that apply to ``arch``: how many have a per-architecture name
     (``<name>.<arch>``) and the headline ones (graph kernel cost, L2, GEMM per-CTA
-    bandwidth, split-K reduce cost, each unsplit GEMM family's in-flight share, each
-    attention kernel family's efficiency) with their values and provenance."""
-    import perfmodel.timing  # noqa: F401  (registers every constant)
+    bandwidth, split-K reduce cost, each unsplit GEMM family's in-flight share, the
+    efficiency of each attention kernel family that runs on ``arch`` as itself,
+    :func:`perfmodel.timing.attention_runs_on`) with their values and provenance."""
+    from perfmodel.timing import attention_runs_on  # (also registers every constant)
     from perfmodel.timing.constants import PARAMS, arch_name, bundled_constants
 
     consts = bundled_constants()
     suffix = f".{arch}"
     families = [n.split(".")[1] for n in PARAMS
-                if n.startswith("attn.") and n.endswith(".efficiency") and n.count(".") == 2]
+                if n.startswith("attn.") and n.endswith(".efficiency") and n.count(".") == 2
+                and attention_runs_on(n.split(".")[1], arch)]
     # the unsplit GEMM families' in-flight shares for the schemes fitted anywhere
     inflight = [n for n in PARAMS if n.endswith(".cta_inflight") and n.count(".") == 3
                 and n in consts.fitted]

@@ -19,7 +19,7 @@ from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.engines import gemm_dispatch
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
-from perfmodel.ops.attention import UNFUSED_IMPLS, Attention
+from perfmodel.ops.attention import IMPLS, UNFUSED_IMPLS, Attention
 from perfmodel.ops.comm import AllReduce
 from perfmodel.ops.cost import Array
 from perfmodel.ops.elementwise import Activation, Elementwise, Embedding, Norm, Rotary, Softmax
@@ -32,13 +32,13 @@ from perfmodel.timing.context import DEFAULT_CONTEXT, RunContext
 from perfmodel.timing.core import make_env, overlap, stream_time
 from perfmodel.timing.engine_costs import call_fixed_s, call_row_s, eager_host_s
 from perfmodel.timing.gemm import time_gemm
-from perfmodel.timing.kernels import gemm_cta_bandwidth, gemm_efficiency
+from perfmodel.timing.kernels import ATTENTION_FAMILIES, gemm_cta_bandwidth, gemm_efficiency
 from perfmodel.timing.knobs import Knobs, clock_scale, knobs_for
 from perfmodel.timing.prediction import Prediction, as_value, make_prediction
 from perfmodel.timing.residual import apply_residual
 
-__all__ = ["Constants", "Prediction", "RunContext", "predict", "register_timer", "spec_constants",
-           "timer_for"]
+__all__ = ["Constants", "Prediction", "RunContext", "attention_runs_on", "predict",
+           "register_timer", "spec_constants", "timer_for"]
 
 StreamOp = Elementwise | Norm | Activation | Rotary | Softmax | Embedding
 Op = Gemm | Attention | StreamOp | AllReduce
@@ -59,6 +59,28 @@ _BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
     "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
     "flashinfer-sm100": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
 }
+
+
+def attention_runs_on(impl: str, arch: str) -> bool:
+    """Whether attention kernel family ``impl`` (or a kernel class, ``persistent`` /
+    ``resident``) runs as itself on architecture ``arch``: built for it (FA4 from Hopper
+    on, trtllm-gen on Blackwell), not built there as another family (FA3 on Ampere, Ada
+    and Blackwell; FA4 and fmha_v2 on Hopper), and, for a family that is another's build on
+    some architectures only (``flash3-sm8x``, ``flash4-sm90``, ``fmha-v2-sm90``), on one
+    of those."""
+    fam = ATTENTION_FAMILIES.get(impl)
+    if fam is None:
+        return True
+    built = _BUILT_FOR.get(impl)
+    if built is not None and arch not in built[0]:
+        return False
+    if any(a == arch for a, _ in fam.built_as):
+        return False
+    stands_for = {a for f in ATTENTION_FAMILIES.values() for a, other in f.built_as
+                  if other == impl}
+    # a family a caller can name runs wherever it is built; one that only stands for
+    # another's build runs where it does
+    return not stands_for or arch in stands_for or impl in IMPLS
 
 
 def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
