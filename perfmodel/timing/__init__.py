@@ -53,7 +53,9 @@ _BLACKWELL_HINT = ("use impl='fmha-v2' or 'xqa' (TensorRT-LLM before Blackwell),
 #: it, the fix). FA4 needs TMA and warpgroup MMA (Hopper or later); FlashAttention-3 also
 #: builds an SM8x path (Ampere, Ada: the ``flash3-sm8x`` family), none before.
 _BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
-    "flash4": (_FA3_ARCHS, "need Hopper or later", _FLASH_HINT),
+    "flash4": (_FA3_ARCHS, "are modelled for Hopper and datacenter Blackwell (SM90, SM100; "
+               "FA4's SM120 build, flash_attn/cute/flash_fwd_sm120.py, is not modelled)",
+               _FLASH_HINT),
     "flash3": (("ampere", "ada", *_FA3_ARCHS), "are built for Ampere, Ada and Hopper (SM8x "
                "path before Hopper; on Blackwell FA4's kernel stands for them)", _FLASH_HINT),
     "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
