@@ -347,12 +347,17 @@ class GemmDispatch:
     rows: tuple[DispatchRow, ...]
     source: str
 
+    def __post_init__(self) -> None:
+        # the tables are written with whole numbers; every reader takes floats
+        object.__setattr__(self, "rows", tuple(tuple(float(x) for x in row)
+                                               for row in self.rows))
+
     def tile(self, m: float, n: float) -> tuple[float, float]:
         """(tile rows, tile columns) the table names for one call of ``m`` rows and ``n``
         columns."""
         for m_max, n_max, tm, tn in self.rows:
             if m <= m_max and n <= n_max:
-                return float(tm), float(tn)
+                return tm, tn
         raise PerfmodelError("dispatch", f"no row for m={m}, n={n}",
                              "end a dispatch table with an unbounded row")
 

@@ -737,10 +737,10 @@ def _table_tiles(dispatch: GemmDispatch, m: Array,
                  n: Array) -> tuple[npt.NDArray[np.intp], list[tuple[float, float]]]:
     """The tile ``dispatch`` names for each shape (:meth:`perfmodel.engines.GemmDispatch.tile`
     on arrays, the first matching row wins): an index per shape into the distinct tiles."""
-    tiles = sorted({(float(tm), float(tn)) for _, _, tm, tn in dispatch.rows})
+    tiles = sorted({(tm, tn) for _, _, tm, tn in dispatch.rows})
     which = np.full(m.size, -1, dtype=np.intp)
     for m_max, n_max, tm, tn in reversed(dispatch.rows):  # the first row wins: set last
-        which[(m <= m_max) & (n <= n_max)] = tiles.index((float(tm), float(tn)))
+        which[(m <= m_max) & (n <= n_max)] = tiles.index((tm, tn))
     if (which < 0).any():
         i = int(np.flatnonzero(which < 0)[0])
         dispatch.tile(float(m[i]), float(n[i]))  # raises: no row holds this shape
