@@ -155,6 +155,8 @@ def test_rekey_and_reach() -> None:
     assert within_reach("hopper", "hopper")
     assert not within_reach("ampere", "blackwell")
     assert not within_reach("ada", "blackwell")
+    assert within_reach("ada", "blackwell-consumer")  # SM120: Ada's SM design
+    assert not within_reach("blackwell", "blackwell-consumer")
 
 
 @pytest.mark.parametrize(("profile", "target", "match"), [

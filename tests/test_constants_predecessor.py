@@ -1,8 +1,8 @@
 """Predecessor architectures (timing.constants.ARCH_PREDECESSOR): a kernel-design constant
-with no value fitted for its own architecture takes the value fitted for its predecessor of
-the same SM design (Ada ← Ampere, Blackwell ← Hopper) before the mean over every
-architecture; never the other way round; device and host constants keep the mean; fits run
-without the lookup."""
+with no value fitted for its own architecture takes the value fitted for its nearest
+predecessor of the same SM design (Ada ← Ampere, Blackwell ← Hopper, the RTX Blackwell
+SM120 ← Ada ← Ampere) before the mean over every architecture; never the other way round;
+device and host constants keep the mean; fits run without the lookup."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ GRAPH = RunContext(launch="graph")
 
 
 def test_predecessors_follow_the_two_sm_designs_forward() -> None:
-    assert dict(ARCH_PREDECESSOR) == {"ada": "ampere", "blackwell": "hopper"}
+    assert dict(ARCH_PREDECESSOR) == {"ada": "ampere", "blackwell": "hopper",
+                                      "blackwell-consumer": "ada"}
     assert set(ARCH_PREDECESSOR) | set(ARCH_PREDECESSOR.values()) <= set(ARCH_FAMILIES)
     # every prefix names declared constants refined per architecture
     for prefix in PREDECESSOR_PREFIXES:
@@ -79,3 +80,44 @@ def test_an_unmeasured_architecture_predicts_with_its_predecessors_kernel_consta
     assert t(earlier) < 0.95 * t(mean)
     # Ampere is not Blackwell's predecessor: no change
     assert t({**mean, "gemm_cta_bandwidth.ampere": 8.0}) == pytest.approx(t(mean), rel=1e-12)
+
+
+def test_sm120_takes_adas_kernel_constants_then_amperes_never_the_datacenter_blackwells() -> None:
+    """The RTX Blackwell GPUs (SM120) run synchronous warp-level MMA kernels, Ada's design:
+    with no value of their own they take Ada's, then (Ada unmeasured) Ampere's, before the
+    mean; a value fitted on SM100 or Hopper never reaches them."""
+    c = Constants({"attn.xqa.decode_tile_s": 5e-6, "attn.xqa.decode_tile_s.ada": 4e-6,
+                   "attn.xqa.decode_tile_s.blackwell": 1e-6,
+                   "attn.xqa.decode_tile_s.hopper": 2e-6,
+                   "attn.flash2.tile_s": 3e-6, "attn.flash2.tile_s.ampere": 6e-6,
+                   "gemm_cta_bandwidth": 4.0, "gemm_cta_bandwidth.blackwell": 9.0})
+    assert c["attn.xqa.decode_tile_s.blackwell-consumer"] == 4e-6
+    assert c["attn.xqa.decode_tile_s.blackwell-consumer.trtllm"] == 4e-6
+    assert c["attn.flash2.tile_s.blackwell-consumer"] == 6e-6  # Ada has none: Ampere's
+    assert c["gemm_cta_bandwidth.blackwell-consumer"] == 4.0  # SM100's is not its design
+    assert "predecessor" in c.provenance("attn.xqa.decode_tile_s.blackwell-consumer")
+    # Ada does not take SM120's (not backwards)
+    back = Constants({"attn.xqa.decode_tile_s": 5e-6,
+                      "attn.xqa.decode_tile_s.blackwell-consumer": 1e-6})
+    assert back["attn.xqa.decode_tile_s.ada"] == 5e-6
+
+
+def test_an_rtx_blackwell_prediction_follows_adas_fit_not_the_other_architectures() -> None:
+    """TensorRT-LLM's XQA decode on an RTX 5090 (SM120) moves with Ada's fitted tile time
+    and not with Hopper's or datacenter Blackwell's."""
+    op = pm.Attention(batch=8, heads=32, kv_heads=8, seq_q=1, seq_kv=512, head_dim=128,
+                      dtype="bf16", impl="xqa")
+    ctx = RunContext(launch="graph", engine="trtllm")
+
+    def t(table: dict[str, float]) -> float:
+        return float(predict(op, "rtx-5090", context=ctx,
+                             constants=Constants(table)).latency_s)
+
+    base = {"attn.xqa.decode_tile_s": 4e-6}
+    ada = {**base, "attn.xqa.decode_tile_s.ada": 12e-6}
+    assert t(ada) > 1.2 * t(base)
+    for other in ("hopper", "blackwell"):
+        assert t({**base, f"attn.xqa.decode_tile_s.{other}": 12e-6}) == \
+            pytest.approx(t(base), rel=1e-12), other
+    # Ampere's only through Ada: with Ada measured, Ampere's value does not matter
+    assert t({**ada, "attn.xqa.decode_tile_s.ampere": 1e-6}) == pytest.approx(t(ada), rel=1e-12)

@@ -51,13 +51,14 @@ ARCH_CONSTANTS: tuple[str, ...] = ("graph_kernel_s", "l2_capacity_fraction",
 #: Hopper (the two datacentre generations either side of Ada) count as neighbours too.
 ARCH_ORDER: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
 _NEIGHBOURS = {frozenset(p) for p in (("ampere", "ada"), ("ada", "hopper"),
-                                      ("hopper", "blackwell"), ("ampere", "hopper"))}
+                                      ("hopper", "blackwell"), ("ampere", "hopper"),
+                                      ("ada", "blackwell-consumer"))}
 
 
 def within_reach(source_arch: str, target_arch: str) -> bool:
     """Whether a calibration made on ``source_arch`` is meant to transfer to
     ``target_arch``: the same architecture, or neighbouring ones (Ampere-Ada,
-    Ada-Hopper, Ampere-Hopper, Hopper-Blackwell)."""
+    Ada-Hopper, Ampere-Hopper, Hopper-Blackwell, Ada-SM120)."""
     return source_arch == target_arch or frozenset((source_arch, target_arch)) in _NEIGHBOURS
 
 

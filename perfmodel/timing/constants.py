@@ -85,12 +85,20 @@ def register(*params: Param) -> None:
 REFERENCE_CLOCK_HZ = 1.5e9
 
 #: Architecture families with their own value of the per-architecture constants.
-ARCH_FAMILIES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
+ARCH_FAMILIES: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell", "blackwell-consumer")
 #: The predecessor of the same SM design: Ada of Ampere (SM 8.x: synchronous warp-level MMA,
 #: cp.async loads), Blackwell of Hopper (TMA loads, asynchronous MMA, warp-specialised
-#: persistent kernels, 228 KiB of shared memory per SM).
+#: persistent kernels, 228 KiB of shared memory per SM), and the RTX Blackwell GPUs (SM120,
+#: ``blackwell-consumer``) of Ada: SM120 has neither Hopper's warpgroup MMA nor SM100's
+#: tcgen05 and tensor memory, so its kernels are built on the synchronous warp-level MMA
+#: (CUTLASS's SM120 MMA atoms are ``mma.sync``, cute/arch/mma_sm120.hpp, its fp8/fp6/fp4
+#: ones m16n8k32; FlashAttention-4's flash_fwd_sm120.py subclasses its SM80 kernel, "the same
+#: SM80-era MMA instructions"; TensorRT-LLM's fmha_v2 generates its SM120 fp8 kernels with the
+#: SM89 ones' function and tile table, setup.py ``enumerate_qmma_flash_kernels``), and its
+#: shared memory per SM is Ada's (100 KB for compute capability 12.0 as for 8.9), not 228 KiB.
 ARCH_PREDECESSOR: Mapping[str, str] = MappingProxyType({"ada": "ampere",
-                                                        "blackwell": "hopper"})
+                                                        "blackwell": "hopper",
+                                                        "blackwell-consumer": "ada"})
 #: Name prefixes of the constants that describe a kernel's design on an SM (attention
 #: kernel families' rates, tile times, overlap and per-CTA bandwidth; GEMM families' rates,
 #: the GEMM per-CTA bandwidth and the library's split-K reduce kernel). One of these with
@@ -215,10 +223,10 @@ class Constants:
         return self[p.parent] if p.parent is not None else p.default
 
     def _predecessor(self, name: str) -> str | None:
-        """The same constant for the predecessor architecture (:data:`ARCH_PREDECESSOR`)
-        where ``name`` is a kernel-design constant (:data:`PREDECESSOR_PREFIXES`) refined
-        for an architecture and the predecessor's value was fitted (else None; None too
-        while a fit runs, ``kin`` off)."""
+        """The same constant for the nearest predecessor architecture (:data:`ARCH_PREDECESSOR`,
+        followed back: SM120 → Ada → Ampere) whose value was fitted, where ``name`` is a
+        kernel-design constant (:data:`PREDECESSOR_PREFIXES`) refined for an architecture
+        (else None; None too while a fit runs, ``kin`` off)."""
         if not self.kin or not name.startswith(PREDECESSOR_PREFIXES):
             return None
         parts = name.split(".")
@@ -226,9 +234,11 @@ class Constants:
             if part not in ARCH_FAMILIES:
                 continue
             other = ARCH_PREDECESSOR.get(part)
-            if other is not None:
+            while other is not None:
                 cand = ".".join([*parts[:i], other, *parts[i + 1:]])
-                return cand if cand in self.fitted else None
+                if cand in self.fitted:
+                    return cand
+                other = ARCH_PREDECESSOR.get(other)
             return None
         return None
 
