@@ -124,6 +124,11 @@ _AIC = "NVIDIA AIConfigurator collectors (kernel_source per GPU, its README tabl
 #: Architectures of NVIDIA GPUs (the kernels chosen below are NVIDIA builds).
 _NVIDIA_ARCHS = frozenset({"pascal", "volta", "turing", "ampere", "ada", "hopper",
                            "blackwell", "blackwell-consumer"})
+#: Where TensorRT-LLM's hardware floor comes from: its supported-hardware page lists
+#: Blackwell, Hopper, Ada Lovelace and Ampere GPUs, and its kernels (XQA, trtllm-gen, the
+#: fmha_v2 flash kernels it ships) are built for SM80 and later.
+_TRTLLM_HARDWARE = "its supported-hardware page, nvidia.github.io/TensorRT-LLM/" \
+                   "supported-hardware.html: Blackwell, Hopper, Ada Lovelace, Ampere"
 _NOT_NVIDIA = "ROCm / XPU build: the engine's kernels there (AITER, Composable Kernel, " \
               "Triton) are not modelled, so the call runs the architecture's native " \
               "kernels with the engine's host time"
@@ -131,7 +136,13 @@ _NOT_NVIDIA = "ROCm / XPU build: the engine's kernels there (AITER, Composable K
 
 def _nvidia(engine: str, arch: str) -> bool:
     """Whether ``arch`` is an NVIDIA architecture (an empty arch: not known, taken as
-    one). TensorRT-LLM runs on NVIDIA GPUs only: asking for it elsewhere is an error."""
+    one). TensorRT-LLM runs on NVIDIA GPUs from Ampere on only: asking for it elsewhere is
+    an error (:data:`_TRTLLM_HARDWARE`)."""
+    if engine == "trtllm" and arch in _PRE_AMPERE:
+        raise PerfmodelError("engine", f"TensorRT-LLM runs on NVIDIA GPUs from Ampere on "
+                             f"({_TRTLLM_HARDWARE}), and this GPU's architecture is {arch}",
+                             "use --engine vllm or sglang (their Triton attention backends "
+                             "run there), or none")
     if not arch or arch in _NVIDIA_ARCHS:
         return True
     if engine == "trtllm":
@@ -152,11 +163,13 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
                      kv_dtype: str = "bf16", group: float = 0.0) -> AttentionChoice:
     """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
 
-    TRT-LLM: fmha_v2 context kernels and XQA decode before Blackwell (its masked-MHA
-    kernel when ``group``, the query heads per KV head, is 1), trtllm-gen on Blackwell;
-    decode with more than 32 query heads per KV head runs masked MHA everywhere;
-    vLLM: FlashAttention-2 before Hopper, FA3 on Hopper (FA4 for head dim 512),
-    FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8 cache on Ada;
+    TRT-LLM (Ampere and later only: an error before): fmha_v2 context kernels and XQA
+    decode before Blackwell (its masked-MHA kernel when ``group``, the query heads per KV
+    head, is 1), trtllm-gen on Blackwell; decode with more than 32 query heads per KV head
+    runs masked MHA everywhere;
+    vLLM: FlashAttention-2 on Ampere and Ada (Triton before Ampere), FA3 on Hopper (FA4 for
+    head dim 512), FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8
+    cache on Ada;
     SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
     GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton before
@@ -213,6 +226,8 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
             return AttentionChoice("flash4" if head_dim >= 512 else "flash3", source=_AIC)
         if arch == "ada" and kv_dtype == "fp8":
             return AttentionChoice("flashinfer", source=_AIC)
+        if arch in _PRE_AMPERE:
+            return AttentionChoice("triton", source=_VLLM_PRE_AMPERE)
         return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
     # sglang
     if blackwell:
@@ -241,6 +256,12 @@ _SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 1
 
 #: Architectures before Ampere: no FlashAttention-2/3 or FlashInfer tensor-core build.
 _PRE_AMPERE = frozenset({"pascal", "volta", "turing"})
+#: vLLM's choice there: its Triton attention backend (vllm-project/vllm PR 14071, V1: "Cannot
+#: use Flash Attention backend for Turing GPUs. Using Triton backend"; PR 45375 raised
+#: FlashInfer's minimum to SM80, so that "SM75 auto-selects a supported attention backend
+#: (e.g. TRITON_ATTN)").
+_VLLM_PRE_AMPERE = "vLLM before Ampere: its Triton attention backend (vllm-project/vllm " \
+                   "PRs 14071 and 45375: no FlashAttention or FlashInfer below SM80)"
 #: SGLang's choice there: its Triton backend ("sm75 -> Triton" in SGLang's default-backend
 #: table, sgl-project/sglang issue 5064; FlashInfer and sgl-kernel's FA3 need SM80).
 _SGLANG_PRE_AMPERE = "SGLang before Ampere: its Triton attention backend " \

@@ -1040,6 +1040,8 @@ def test_every_engine_predicts_attention_on_every_nvidia_gpu() -> None:
     for hw in gpus:
         dtype = "bf16" if "bf16" in hw.peaks else "fp16"
         for engine in ("trtllm", "vllm", "sglang"):
+            if engine == "trtllm" and hw.arch in ("volta", "turing", "pascal"):
+                continue  # refused: test_engines_before_ampere
             for seq_q, seq_kv in ((2048, 2048), (1, 4096)):
                 phase = "decode" if seq_q == 1 else "prefill"
                 choice = attention_kernel(engine, hw.arch, phase, group=4.0)
@@ -1051,6 +1053,31 @@ def test_every_engine_predicts_attention_on_every_nvidia_gpu() -> None:
                                                              engine=engine)).latency_s)
                 assert 0.0 < t < 1.0, (hw.id, engine, phase, choice.impl)
     assert attention_kernel("sglang", "blackwell-consumer", "decode").impl == "flashinfer"
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "t4", "p100-pcie-16gb"])
+def test_engines_before_ampere(gpu: str) -> None:
+    """Before Ampere vLLM runs its Triton attention backend (no FlashAttention-2 or
+    FlashInfer build below SM80: it was predicted as FlashAttention-2, a kernel that does
+    not run there), and TensorRT-LLM, which supports Ampere and later, is refused with a
+    message that says so, for attention, GEMMs and whole models alike."""
+    arch = pm.load_hardware(gpu).arch
+    for phase in ("prefill", "decode"):
+        assert attention_kernel("vllm", arch, phase, group=4.0).impl == "triton"
+        with pytest.raises(PerfmodelError, match="from Ampere on"):
+            attention_kernel("trtllm", arch, phase, group=4.0)
+    with pytest.raises(PerfmodelError, match="from Ampere on"):
+        gemm_kernel("trtllm", arch, "per-tensor")
+    cfg = pm.load_model("llama-2-7b")
+    with pytest.raises(PerfmodelError, match="vllm or sglang"):
+        pm.predict_model(cfg, gpu, phase="decode", batch=1, context_len=128,
+                         engine="trtllm")
+    p = pm.predict_model(cfg, gpu, phase="decode", batch=1, context_len=128,
+                         engine="vllm")
+    assert 0.0 < p.latency_s < 1.0
+    # Ampere keeps FlashAttention-2 in vLLM and TensorRT-LLM's kernels
+    assert attention_kernel("vllm", "ampere", "decode").impl == "flash2"
+    assert attention_kernel("trtllm", "ampere", "decode", group=4.0).impl == "xqa"
 
 
 def test_trtllm_prefill_charges_rope_only_to_models_with_rotary_embeddings() -> None:
