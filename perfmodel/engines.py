@@ -167,9 +167,9 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     decode before Blackwell (its masked-MHA kernel when ``group``, the query heads per KV
     head, is 1), trtllm-gen on Blackwell; decode with more than 32 query heads per KV head
     runs masked MHA everywhere;
-    vLLM: FlashAttention-2 on Ampere and Ada (Triton before Ampere), FA3 on Hopper (FA4 for
-    head dim 512), FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an fp8
-    cache on Ada;
+    vLLM: FlashAttention-2 on Ampere, Ada and SM120 (Triton before Ampere), FA3 on Hopper
+    (FA4 for head dim 512), FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an
+    fp8 cache where it would run FlashAttention-2;
     SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
     GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton before
@@ -226,6 +226,8 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
             return AttentionChoice("flash4" if head_dim >= 512 else "flash3", source=_AIC)
         if arch == "ada" and kv_dtype == "fp8":
             return AttentionChoice("flashinfer", source=_AIC)
+        if arch in ("ampere", "blackwell-consumer") and kv_dtype == "fp8":
+            return AttentionChoice("flashinfer", source=_VLLM_FP8_KV)
         if arch in _PRE_AMPERE:
             return AttentionChoice("triton", source=_VLLM_PRE_AMPERE)
         return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
@@ -254,6 +256,14 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
 _SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 18758: " \
                    "no trtllm-gen or FA3 kernels for SM120)"
 
+#: Why vLLM runs FlashInfer over an fp8 KV cache wherever its FlashAttention backend is
+#: FlashAttention-2 (Ampere, Ada, SM120): that backend takes an fp8 cache only with FA3
+#: (vllm-project/vllm issue 12543: "Cannot use FlashAttention-2 backend for FP8 KV cache.
+#: Please use FlashInfer backend with FP8 KV Cache"), and FlashInfer is next in its
+#: order; AIConfigurator's L40S rows show it (FA2 over a bf16 cache, FlashInfer over fp8).
+_VLLM_FP8_KV = "vLLM over an fp8 KV cache where its FlashAttention backend is FA2: " \
+               "FlashInfer (FA2 takes no fp8 cache, vllm-project/vllm issue 12543; " \
+               "AIConfigurator's L40S rows)"
 #: Architectures before Ampere: no FlashAttention-2/3 or FlashInfer tensor-core build.
 _PRE_AMPERE = frozenset({"pascal", "volta", "turing"})
 #: vLLM's choice there: its Triton attention backend (vllm-project/vllm PR 14071, V1: "Cannot

@@ -1080,6 +1080,18 @@ def test_engines_before_ampere(gpu: str) -> None:
     assert attention_kernel("trtllm", "ampere", "decode", group=4.0).impl == "xqa"
 
 
+@pytest.mark.parametrize("arch", ["ampere", "ada", "blackwell-consumer"])
+def test_vllm_runs_flashinfer_over_an_fp8_cache_where_its_flash_backend_is_fa2(arch: str) -> None:
+    """vLLM's FlashAttention-2 backend takes no fp8 KV cache (FA3 does): over one it runs
+    FlashInfer on every FA2 architecture, as AIConfigurator's L40S rows show for Ada (on
+    Ampere and SM120 it ran FA2 converting fp8 elements, a kernel that does not exist)."""
+    for phase in ("prefill", "decode"):
+        assert attention_kernel("vllm", arch, phase).impl == "flash2"
+        assert attention_kernel("vllm", arch, phase, kv_dtype="fp8").impl == "flashinfer"
+    assert attention_kernel("vllm", "hopper", "decode", kv_dtype="fp8").impl == "flash3"
+    assert attention_kernel("vllm", "turing", "decode", kv_dtype="fp8").impl == "triton"
+
+
 def test_trtllm_prefill_charges_rope_only_to_models_with_rotary_embeddings() -> None:
     """TensorRT-LLM applies RoPE in its attention pre-processing kernel, so a model without
     rotary embeddings (ALiBi, learned positions) does not pay it there (it did: the same
