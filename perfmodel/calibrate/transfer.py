@@ -48,7 +48,9 @@ ARCH_CONSTANTS: tuple[str, ...] = ("graph_kernel_s", "l2_capacity_fraction",
                                    "l2_bandwidth_fraction")
 
 #: NVIDIA architecture families in order; neighbours are one step apart, and Ampere and
-#: Hopper (the two datacentre generations either side of Ada) count as neighbours too.
+#: Hopper (the two datacentre generations either side of Ada) count as neighbours too, as do
+#: Ada and the RTX Blackwell GPUs (SM120, ``blackwell-consumer``), which are built on Ada's
+#: SM design (:data:`perfmodel.timing.constants.ARCH_PREDECESSOR`).
 ARCH_ORDER: tuple[str, ...] = ("ampere", "ada", "hopper", "blackwell")
 _NEIGHBOURS = {frozenset(p) for p in (("ampere", "ada"), ("ada", "hopper"),
                                       ("hopper", "blackwell"), ("ampere", "hopper"),
