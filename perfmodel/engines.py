@@ -260,7 +260,8 @@ _SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 1
 #: FlashAttention-2 (Ampere, Ada, SM120): that backend takes an fp8 cache only with FA3
 #: (vllm-project/vllm issue 12543: "Cannot use FlashAttention-2 backend for FP8 KV cache.
 #: Please use FlashInfer backend with FP8 KV Cache"), and FlashInfer is next in its
-#: order; AIConfigurator's L40S rows show it (FA2 over a bf16 cache, FlashInfer over fp8).
+#: order (PR 7798: "Use FlashInfer backend for FP8 KV Cache when available");
+#: AIConfigurator's L40S rows show it (FA2 over a bf16 cache, FlashInfer over fp8).
 _VLLM_FP8_KV = "vLLM over an fp8 KV cache where its FlashAttention backend is FA2: " \
                "FlashInfer (FA2 takes no fp8 cache, vllm-project/vllm issue 12543; " \
                "AIConfigurator's L40S rows)"
