@@ -166,6 +166,9 @@ def kernel_path(impl_text: str, phase: str = "") -> tuple[str, int | str, str]:
         if match:
             splits = int(match.group(1))
         return "paged", splits, rule
+    if "mem-efficient" in text or "efficient_attention" in text or "fmha_cutlass" in text:
+        return "mem-efficient", "auto", ("PyTorch's memory-efficient (CUTLASS) kernel -> "
+                                         "mem-efficient")
     if "flash-attn 3" in text or "fa3" in text or "flash3" in text or "cudnn" in text:
         return "flash3", "auto", "FA3/cuDNN-class fused kernel -> flash3"
     if "flash-attn 2" in text or "fa2" in text or "flash2" in text:

@@ -1109,3 +1109,50 @@ def test_trtllm_prefill_charges_rope_only_to_models_with_rotary_embeddings() -> 
     for name, row in without.items():
         if name != "attention":
             assert float(row.latency_s) == float(with_rope[name].latency_s)
+
+
+def test_pytorch_mem_efficient_sdpa_is_its_own_kernel_not_the_native_flash() -> None:
+    """PyTorch's memory-efficient SDPA backend (the CUTLASS kernel from xformers) read from a
+    trace was predicted as the architecture's native fused kernel (FA3 on an H100). It is
+    a family of its own: one CTA per (query block, head, sequence), no split of the keys,
+    a whole 64-row query block for a one-token query at head dim ≤ 128 (32 above), no
+    grouped-query support (each query head reads its own K/V), FA2's constants until
+    measured."""
+    from perfmodel.validation import kernel_path
+
+    for text in ("sdpa mem-efficient", "fmha_cutlassF_bf16_aligned_64x128_rf_sm80"):
+        assert kernel_path(text)[0] == "mem-efficient"
+    assert kernel_path("sdpa cudnn")[0] == "flash3"
+    assert pm.Attention(heads=8, seq_q=4, head_dim=64, impl="efficient").impl == \
+        "mem-efficient"
+
+    b, h, hkv, s, d = 1, 32, 8, 32768, 128
+    dec = predict(pm.Attention(batch=b, heads=h, kv_heads=hkv, seq_q=1, seq_kv=s,
+                               head_dim=d, dtype="bf16", impl="mem-efficient"), "h100-sxm")
+    assert dec.details["impl"] == "mem-efficient"
+    assert float(dec.details["ctas"]) == b * h  # no split, no packing
+    assert float(dec.details["q_tile"]) == 64.0
+    q = o = b * h * 1 * d * 2.0
+    kv = b * hkv * s * 2 * d * 2.0
+    assert float(dec.bytes) == pytest.approx(q + o + kv * (h // hkv), rel=1e-12)
+    wide = predict(pm.Attention(batch=1, heads=8, seq_q=1, seq_kv=4096, head_dim=256,
+                                dtype="bf16", impl="mem-efficient"), "h100-sxm")
+    assert float(wide.details["q_tile"]) == 32.0
+    # FA3, the native kernel, splits the keys and packs the group: far faster here
+    fa3 = predict(pm.Attention(batch=b, heads=h, kv_heads=hkv, seq_q=1, seq_kv=s,
+                               head_dim=d, dtype="bf16", impl="flash"), "h100-sxm")
+    assert fa3.details["impl"] == "flash3"
+    assert float(dec.latency_s) > 3.0 * float(fa3.latency_s)
+    # its rates and tile times are FlashAttention-2's until it is measured
+    base = Constants({"attn.flash2.efficiency": 1.0})
+    slow = Constants({"attn.flash2.efficiency": 0.5})
+    pre = pm.Attention(batch=4, heads=32, seq_q=2048, seq_kv=2048, head_dim=128,
+                       causal=True, dtype="bf16", impl="mem-efficient")
+    own = Constants({"attn.mem-efficient.efficiency": 0.5})
+
+    def t(c: Constants) -> float:
+        return float(predict(pre, "a100-80gb-sxm", constants=c).latency_s)
+
+    assert t(slow) > 1.2 * t(base)
+    assert t(slow) == pytest.approx(t(own), rel=1e-12)
+    assert "kin" in base.provenance("attn.mem-efficient.efficiency.ampere")

@@ -36,14 +36,16 @@ Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "math", 
 #: runs when each KV head has one query head), ``trtllm-gen`` its Blackwell kernels (also reached
 #: through FlashInfer); ``flashinfer`` is FlashInfer's own (FA2-template) kernels and
 #: ``flashinfer-sm100`` its Blackwell backends (a different kernel, its own constants),
-#: ``triton`` the Triton kernels of vLLM/SGLang; ``naive`` is the unfused path (QKᵀ, mask,
-#: softmax, PV as separate kernels in the input dtype); ``math`` is PyTorch's SDPA MATH
-#: backend, the same path computed in fp32 for 16-bit inputs (PyTorch ≥ 2.5 casts Q, K, V
-#: up and O back: pytorch/pytorch#128922, documented in #163508).
+#: ``triton`` the Triton kernels of vLLM/SGLang; ``mem-efficient`` PyTorch's
+#: memory-efficient SDPA backend (the CUTLASS kernel from xformers); ``naive`` is the
+#: unfused path (QKᵀ, mask, softmax, PV as separate kernels in the input dtype); ``math``
+#: is PyTorch's SDPA MATH backend, the same path computed in fp32 for 16-bit inputs
+#: (PyTorch ≥ 2.5 casts Q, K, V up and O back: pytorch/pytorch#128922, documented in
+#: #163508).
 #: Each family's traits: :mod:`perfmodel.timing.kernels`.
 IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "math",
                           "fmha-v2", "xqa", "mmha", "trtllm-gen", "flashinfer",
-                          "flashinfer-sm100", "triton")
+                          "flashinfer-sm100", "triton", "mem-efficient")
 #: Kernel paths that run attention as several unfused kernels (:meth:`Attention.naive_stages`).
 UNFUSED_IMPLS: tuple[str, ...] = ("naive", "math")
 _IMPL_SET = frozenset(IMPLS)
@@ -51,7 +53,8 @@ _IMPL_ALIASES = {"fa2": "flash2", "fa3": "flash3", "fa4": "flash4",
                  "unfused": "naive", "eager": "naive", "paged-kv": "paged", "kvcache": "paged",
                  "cudnn": "flash3", "trtllm-fmha": "fmha-v2", "fmha_v2": "fmha-v2",
                  "trtllm_gen": "trtllm-gen", "trtllm-mha": "trtllm-gen",
-                 "masked-mha": "mmha"}
+                 "masked-mha": "mmha", "efficient": "mem-efficient",
+                 "mem_efficient": "mem-efficient", "memeff": "mem-efficient"}
 
 
 def causal_pairs(seq_q: Any, seq_kv: Any, ops: Ops = VECTOR) -> Any:

@@ -330,6 +330,10 @@ _FA2_SPLIT: dict[str, Any] = {
 _SYNC = "; synchronous MMA (mma.sync): on Hopper and Blackwell at the architecture's " \
         "sync_mma_fraction of the dense rate"
 _ANY: tuple[str, ...] = ()
+#: NVIDIA architectures: tile rules that name them are the kernels' own sizes (not halved
+#: for shared memory, as an architecture-agnostic rule is).
+_NVIDIA = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
+           "blackwell-consumer")
 _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulator of " \
          "d 512 is 256 KiB, all of a Blackwell SM's tensor memory (or a Hopper SM's " \
          "register file)"
@@ -482,6 +486,23 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
         "of the achievable one, against 0.82 / 0.20 / 0.26 without it" + _SYNC,
         max_splits=8.0,
         prefill_packs=False, sync_mma=True, pools_into_class=False),
+    AttentionFamily("mem-efficient", False, ((_NVIDIA, 64, 64, 64), (_NVIDIA, 128, 64, 128),
+                                             (_NVIDIA, 1e9, 32, 128)), "never", "none",
+                    "PyTorch's memory-efficient SDPA backend, the CUTLASS kernel from "
+                    "xformers (aten/src/ATen/native/transformers/cuda/mem_eff_attention/"
+                    "kernel_forward.h): one CTA per (query block, head, sequence) "
+                    "(getBlocksGrid), no split of the keys, query × key blocks 64×64 to "
+                    "head dim 64, 64×128 to 128, 32×128 above (its fmha_cutlassF_*_64x64_rf, "
+                    "_64x128_rf, _32x128_gmem kernels, the last streaming its output "
+                    "through global memory: no shared-memory halving), a whole query block "
+                    "computed for a "
+                    "one-token query; the kernels built for SM80 run on Hopper and later "
+                    "(synchronous MMA); no grouped-query support (torch: \"both fused kernels "
+                    "require query, key and value to have the same num_heads\"), so a GQA "
+                    "call reads each KV head once per query head, as with the K/V a caller "
+                    "repeats for it. Its kin is FlashAttention-2 (the same synchronous-MMA, "
+                    "online-softmax design) until it is measured" + _SYNC,
+                    sync_mma=True, kin=("flash2",), max_group=1.0, min_rows=64.0),
 )})
 
 
