@@ -1156,3 +1156,19 @@ def test_pytorch_mem_efficient_sdpa_is_its_own_kernel_not_the_native_flash() -> 
     assert t(slow) > 1.2 * t(base)
     assert t(slow) == pytest.approx(t(own), rel=1e-12)
     assert "kin" in base.provenance("attn.mem-efficient.efficiency.ampere")
+
+
+@pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "t4", "p100-pcie-16gb"])
+def test_the_native_fused_attention_before_ampere_is_pytorchs_mem_efficient_kernel(
+        gpu: str) -> None:
+    """FlashAttention-2 needs SM80: before Ampere the fused kernel PyTorch runs is its
+    memory-efficient backend, so ``flash`` there is ``mem-efficient`` (it was FA2), with
+    its unsplit, ungrouped decode; Ampere keeps FlashAttention-2."""
+    dec = pm.Attention(batch=8, heads=32, kv_heads=8, seq_q=1, seq_kv=2048, head_dim=128,
+                       dtype="fp16")
+    p = predict(dec, gpu)
+    assert p.details["impl"] == "mem-efficient"
+    assert float(p.details["ctas"]) == 8 * 32
+    kv = 8 * 8 * 2048 * 2 * 128 * 2.0
+    assert float(p.bytes) >= 4 * kv  # each of the 4 query heads of a group reads its K/V
+    assert predict(dec, "a100-80gb-sxm").details["impl"] == "flash2"

@@ -44,7 +44,8 @@ class FamilyParams:
         ``gemm_cta_bandwidth`` (:func:`perfmodel.timing.kernels.gemm_cta_bandwidth`).
     flash_impl:
         What ``impl="flash"`` means on this family (``flash2``, ``flash3``, or on
-        Blackwell ``flash4``: FlashAttention-3 has no Blackwell build).
+        Blackwell ``flash4``: FlashAttention-3 has no Blackwell build; before Ampere
+        ``mem-efficient``, PyTorch's fused backend there: FlashAttention-2 needs SM80).
     flash_efficiency:
         Tensor efficiency of the fused attention kernel relative to the GEMM fraction.
     softmax_overlap:
@@ -147,10 +148,14 @@ _BLACKWELL_SYNC_MMA = 0.25
 #: The families by ``arch`` name: read-only (a calibrated device changes its own knobs,
 #: never the family table).
 FAMILIES: Mapping[str, FamilyParams] = MappingProxyType({
+    # before Ampere the fused attention PyTorch runs is its memory-efficient backend (the
+    # CUTLASS kernel from xformers, built for SM50 on): FlashAttention-2 needs SM80
     "pascal": FamilyParams(tensor_tiles=_SIMT_TILES, vector_tiles=_SIMT_TILES,
-                           memory_latency_s=0.7e-6),
-    "volta": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
-    "turing": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
+                           memory_latency_s=0.7e-6, flash_impl="mem-efficient"),
+    "volta": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES,
+                          flash_impl="mem-efficient"),
+    "turing": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES,
+                           flash_impl="mem-efficient"),
     "ampere": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "ada": FamilyParams(tensor_tiles=_AMPERE_TILES, vector_tiles=_SIMT_TILES),
     "hopper": FamilyParams(tensor_tiles=_HOPPER_TILES, vector_tiles=_SIMT_TILES,
