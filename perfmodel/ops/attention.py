@@ -23,9 +23,11 @@ __all__ = ["IMPLS", "UNFUSED_IMPLS", "Attention", "causal_pairs", "computed_pair
            "flash_bytes", "kv_bytes", "o_bytes", "pairs", "q_bytes"]
 
 Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "math", "fmha-v2",
-               "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton"]
-#: Kernel families. ``flash`` is the fused kernel native to the architecture (FA2-class
-#: before Hopper, FA3/cuDNN-class on Hopper, FA4's kernel on Blackwell);
+               "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton",
+               "mem-efficient"]
+#: Kernel families. ``flash`` is the fused kernel native to the architecture (PyTorch's
+#: memory-efficient kernel before Ampere, FA2-class on Ampere and Ada, FA3/cuDNN-class on
+#: Hopper, FA4's kernel on Blackwell);
 #: ``flash2``/``flash3``/``flash4`` are FlashAttention 2, 3 and 4 (CuTe; FA3 has no
 #: Blackwell build, so there ``flash3`` and ``cudnn`` are FA4's kernel too); ``paged`` is
 #: FlashAttention-2's paged-KV kernel
