@@ -79,8 +79,9 @@ the whole batch (a linear layer's weight); --bias: an epilogue bias vector of le
 --impl/--kernel: flash (the fused kernel native to the GPU), flash2, flash3 (its SM8x build
 on Ampere and Ada; none for Blackwell, where it means FA4's kernel), flash4, paged
 (FA2 paged-KV), fmha-v2 and xqa (TensorRT-LLM before Blackwell), trtllm-gen (Blackwell),
-flashinfer, flashinfer-sm100 (its Blackwell backends), triton, naive (unfused math path:
-QK^T, scale/mask, softmax, PV).
+flashinfer, flashinfer-sm100 (its Blackwell backends), triton, mem-efficient (PyTorch's
+memory-efficient SDPA kernel; the native one before Ampere), naive (unfused path: QK^T,
+scale/mask, softmax, PV), math (PyTorch's MATH backend: the unfused path in fp32).
 --num-splits: split-KV factor, auto (the library heuristic) or an integer >= 1.
 --engine trtllm|vllm|sglang: the engine's kernel for this GPU, its KV-cache write (and RoPE)
 kernel and bookkeeping; the stages are listed.
