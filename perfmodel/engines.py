@@ -24,6 +24,7 @@ from perfmodel._errors import PerfmodelError
 
 __all__ = [
     "ENGINES",
+    "NVIDIA_ARCHS",
     "REQUEST_OVERHEAD_S",
     "STEP_OVERHEAD_PER_SEQ_S",
     "STEP_OVERHEAD_S",
@@ -122,8 +123,8 @@ class GemmChoice:
 
 _AIC = "NVIDIA AIConfigurator collectors (kernel_source per GPU, its README table)"
 #: Architectures of NVIDIA GPUs (the kernels chosen below are NVIDIA builds).
-_NVIDIA_ARCHS = frozenset({"pascal", "volta", "turing", "ampere", "ada", "hopper",
-                           "blackwell", "blackwell-consumer"})
+NVIDIA_ARCHS: tuple[str, ...] = ("pascal", "volta", "turing", "ampere", "ada", "hopper",
+                                 "blackwell", "blackwell-consumer")
 #: Where TensorRT-LLM's hardware floor comes from: its supported-hardware page lists
 #: Blackwell, Hopper, Ada Lovelace and Ampere GPUs, and its kernels (XQA, trtllm-gen, the
 #: fmha_v2 flash kernels it ships) are built for SM80 and later.
@@ -143,7 +144,7 @@ def _nvidia(engine: str, arch: str) -> bool:
                              f"({_TRTLLM_HARDWARE}), and this GPU's architecture is {arch}",
                              "use --engine vllm or sglang (their Triton attention backends "
                              "run there), or none")
-    if not arch or arch in _NVIDIA_ARCHS:
+    if not arch or arch in NVIDIA_ARCHS:
         return True
     if engine == "trtllm":
         raise PerfmodelError("engine", f"TensorRT-LLM runs on NVIDIA GPUs only, and this "

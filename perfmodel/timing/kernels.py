@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from perfmodel._xp import VECTOR, Ops
-from perfmodel.engines import ENGINES
+from perfmodel.engines import ENGINES, NVIDIA_ARCHS
 from perfmodel.ops.gemm import GEMM_IMPLS, QUANT_SCHEMES, Gemm
 from perfmodel.timing.constants import (
     ARCH_FAMILIES,
@@ -330,10 +330,6 @@ _FA2_SPLIT: dict[str, Any] = {
 _SYNC = "; synchronous MMA (mma.sync): on Hopper and Blackwell at the architecture's " \
         "sync_mma_fraction of the dense rate"
 _ANY: tuple[str, ...] = ()
-#: NVIDIA architectures: tile rules that name them are the kernels' own sizes (not halved
-#: for shared memory, as an architecture-agnostic rule is).
-_NVIDIA = ("pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
-           "blackwell-consumer")
 _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulator of " \
          "d 512 is 256 KiB, all of a Blackwell SM's tensor memory (or a Hopper SM's " \
          "register file)"
@@ -486,8 +482,11 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
         "of the achievable one, against 0.82 / 0.20 / 0.26 without it" + _SYNC,
         max_splits=8.0,
         prefill_packs=False, sync_mma=True, pools_into_class=False),
-    AttentionFamily("mem-efficient", False, ((_NVIDIA, 64, 64, 64), (_NVIDIA, 128, 64, 128),
-                                             (_NVIDIA, 1e9, 32, 128)), "never", "none",
+    # rules naming the NVIDIA architectures are the kernels' own sizes (not halved for
+    # shared memory, as an architecture-agnostic rule is)
+    AttentionFamily("mem-efficient", False, ((NVIDIA_ARCHS, 64, 64, 64),
+                                             (NVIDIA_ARCHS, 128, 64, 128),
+                                             (NVIDIA_ARCHS, 1e9, 32, 128)), "never", "none",
                     "PyTorch's memory-efficient SDPA backend, the CUTLASS kernel from "
                     "xformers (aten/src/ATen/native/transformers/cuda/mem_eff_attention/"
                     "kernel_forward.h): one CTA per (query block, head, sequence) "
