@@ -225,10 +225,9 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
             return AttentionChoice("trtllm-gen", source=_AIC)
         if arch == "hopper":
             return AttentionChoice("flash4" if head_dim >= 512 else "flash3", source=_AIC)
-        if arch == "ada" and kv_dtype == "fp8":
-            return AttentionChoice("flashinfer", source=_AIC)
-        if arch in ("ampere", "blackwell-consumer") and kv_dtype == "fp8":
-            return AttentionChoice("flashinfer", source=_VLLM_FP8_KV)
+        if arch in ("ampere", "ada", "blackwell-consumer") and kv_dtype == "fp8":
+            # FA2 takes no fp8 cache (AIConfigurator measured Ada's choice)
+            return AttentionChoice("flashinfer", source=_AIC if arch == "ada" else _VLLM_FP8_KV)
         if arch in _PRE_AMPERE:
             return AttentionChoice("triton", source=_VLLM_PRE_AMPERE)
         return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
