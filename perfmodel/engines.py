@@ -33,6 +33,7 @@ __all__ = [
     "GemmDispatch",
     "attention_kernel",
     "attention_kernel_for_label",
+    "engine_runs_on",
     "fused_quantize",
     "gemm_dispatch",
     "gemm_kernel",
@@ -135,15 +136,32 @@ _NOT_NVIDIA = "ROCm / XPU build: the engine's kernels there (AITER, Composable K
               "kernels with the engine's host time"
 
 
+def engine_runs_on(engine: str, arch: str) -> bool:
+    """Whether ``engine`` runs on a GPU of architecture ``arch``: every engine (and
+    ``none``) except below its floor (TensorRT-LLM from Ampere on and on NVIDIA GPUs only,
+    vLLM and SGLang from Turing on); where this is False, the engine's kernel choices
+    raise an error that says why."""
+    eng = normalize_engine(engine)
+    floor = _ENGINE_FLOOR.get(eng)
+    if floor is not None and arch in floor[0]:
+        return False
+    return not (eng == "trtllm" and arch and arch not in NVIDIA_ARCHS)
+
+
 def _nvidia(engine: str, arch: str) -> bool:
     """Whether ``arch`` is an NVIDIA architecture (an empty arch: not known, taken as
-    one). TensorRT-LLM runs on NVIDIA GPUs from Ampere on only: asking for it elsewhere is
-    an error (:data:`_TRTLLM_HARDWARE`)."""
-    if engine == "trtllm" and arch in _PRE_AMPERE:
-        raise PerfmodelError("engine", f"TensorRT-LLM runs on NVIDIA GPUs from Ampere on "
-                             f"({_TRTLLM_HARDWARE}), and this GPU's architecture is {arch}",
-                             "use --engine vllm or sglang (their Triton attention backends "
-                             "run there), or none")
+    one). An engine asked for on an NVIDIA architecture below its floor
+    (:data:`_ENGINE_FLOOR`: TensorRT-LLM from Ampere on, vLLM and SGLang from Turing on),
+    or TensorRT-LLM on another vendor's GPU, is an error that names the floor, its source
+    and the engines that do run there."""
+    floor = _ENGINE_FLOOR.get(engine)
+    if floor is not None and arch in floor[0]:
+        runs = [e for e in ("trtllm", "vllm", "sglang") if arch not in _ENGINE_FLOOR[e][0]]
+        fix = (f"use --engine {' or '.join(runs)} (their Triton attention backends run "
+               f"there), or none" if runs else
+               "use --engine none (PyTorch's kernels: the architecture's native ones)")
+        raise PerfmodelError("engine", f"{floor[1]} ({floor[2]}), and this GPU's "
+                             f"architecture is {arch}", fix)
     if not arch or arch in NVIDIA_ARCHS:
         return True
     if engine == "trtllm":
@@ -164,17 +182,18 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
                      kv_dtype: str = "bf16", group: float = 0.0) -> AttentionChoice:
     """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
 
-    TRT-LLM (Ampere and later only: an error before): fmha_v2 context kernels and XQA
+    TRT-LLM (Ampere and later only: an error before; vLLM and SGLang from Turing on,
+    :data:`_ENGINE_FLOOR`): fmha_v2 context kernels and XQA
     decode before Blackwell (its masked-MHA kernel when ``group``, the query heads per KV
     head, is 1), trtllm-gen on Blackwell; decode with more than 32 query heads per KV head
     runs masked MHA everywhere;
-    vLLM: FlashAttention-2 on Ampere, Ada and SM120 (Triton before Ampere), FA3 on Hopper
+    vLLM: FlashAttention-2 on Ampere, Ada and SM120 (Triton on Turing), FA3 on Hopper
     (FA4 for head dim 512), FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an
     fp8 cache where it would run FlashAttention-2;
     SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
     trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
-    GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton before
-    Ampere. Over an fp8 KV cache some of these compute in fp8 (``fp8_compute``, see
+    GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton on
+    Turing. Over an fp8 KV cache some of these compute in fp8 (``fp8_compute``, see
     :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
@@ -265,18 +284,35 @@ _SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 1
 _VLLM_FP8_KV = "vLLM over an fp8 KV cache where its FlashAttention backend is FA2: " \
                "FlashInfer (FA2 takes no fp8 cache, vllm-project/vllm issue 12543; " \
                "AIConfigurator's L40S rows)"
-#: Architectures before Ampere: no FlashAttention-2/3 or FlashInfer tensor-core build.
+#: Architectures before Ampere: no FlashAttention-2/3 build; the engines take Triton (Turing).
 _PRE_AMPERE = frozenset({"pascal", "volta", "turing"})
 #: vLLM's choice there: its Triton attention backend (vllm-project/vllm PR 14071, V1: "Cannot
 #: use Flash Attention backend for Turing GPUs. Using Triton backend"; PR 45375 raised
 #: FlashInfer's minimum to SM80, so that "SM75 auto-selects a supported attention backend
 #: (e.g. TRITON_ATTN)").
-_VLLM_PRE_AMPERE = "vLLM before Ampere: its Triton attention backend (vllm-project/vllm " \
+_VLLM_PRE_AMPERE = "vLLM on Turing: its Triton attention backend (vllm-project/vllm " \
                    "PRs 14071 and 45375: no FlashAttention or FlashInfer below SM80)"
 #: SGLang's choice there: its Triton backend ("sm75 -> Triton" in SGLang's default-backend
-#: table, sgl-project/sglang issue 5064; FlashInfer and sgl-kernel's FA3 need SM80).
-_SGLANG_PRE_AMPERE = "SGLang before Ampere: its Triton attention backend " \
+#: table, sgl-project/sglang issue 5064; sgl-kernel's FA3 needs SM80).
+_SGLANG_PRE_AMPERE = "SGLang on Turing: its Triton attention backend " \
                      "(sgl-project/sglang issue 5064: sm75 -> Triton)"
+
+#: NVIDIA architectures below compute capability 7.5 (Pascal, Volta).
+_BEFORE_TURING = frozenset({"pascal", "volta"})
+#: Each engine's hardware floor: (architectures it does not run on, what the error says,
+#: its source). vLLM: "compute capability 7.5 or higher" on its GPU installation page
+#: from v0.21 (7.0 before; AIConfigurator's rows are v0.24); SGLang: its model runner
+#: raises "SGLang only supports sm75 and above" below SM75
+#: (``maybe_downgrade_dtype_for_legacy_gpu``), and FlashInfer, its default, needs SM75.
+_ENGINE_FLOOR: dict[str, tuple[frozenset[str], str, str]] = {
+    "trtllm": (_PRE_AMPERE, "TensorRT-LLM runs on NVIDIA GPUs from Ampere on",
+               _TRTLLM_HARDWARE),
+    "vllm": (_BEFORE_TURING, "vLLM runs on NVIDIA GPUs from Turing (compute capability "
+             "7.5) on", "its GPU installation page from v0.21: 'compute capability 7.5 or "
+             "higher'"),
+    "sglang": (_BEFORE_TURING, "SGLang runs on NVIDIA GPUs from Turing (SM75) on",
+               "its model runner: 'SGLang only supports sm75 and above'"),
+}
 
 #: Most query heads per KV head TensorRT-LLM's generation kernels (XQA before Blackwell,
 #: trtllm-gen on it) take; larger groups run its masked-MHA kernel. Observed in

@@ -19,6 +19,7 @@ from perfmodel.engines import (
     STEP_OVERHEAD_S,
     attention_kernel,
     attention_kernel_for_label,
+    engine_runs_on,
     gemm_kernel,
     gemm_kernel_for_label,
 )
@@ -1040,7 +1041,7 @@ def test_every_engine_predicts_attention_on_every_nvidia_gpu() -> None:
     for hw in gpus:
         dtype = "bf16" if "bf16" in hw.peaks else "fp16"
         for engine in ("trtllm", "vllm", "sglang"):
-            if engine == "trtllm" and hw.arch in ("volta", "turing", "pascal"):
+            if not engine_runs_on(engine, hw.arch):
                 continue  # refused: test_engines_before_ampere
             for seq_q, seq_kv in ((2048, 2048), (1, 4096)):
                 phase = "decode" if seq_q == 1 else "prefill"
@@ -1057,27 +1058,45 @@ def test_every_engine_predicts_attention_on_every_nvidia_gpu() -> None:
 
 @pytest.mark.parametrize("gpu", ["v100-sxm2-32gb", "t4", "p100-pcie-16gb"])
 def test_engines_before_ampere(gpu: str) -> None:
-    """Before Ampere vLLM runs its Triton attention backend (no FlashAttention-2 or
-    FlashInfer build below SM80: it was predicted as FlashAttention-2, a kernel that does
-    not run there), and TensorRT-LLM, which supports Ampere and later, is refused with a
-    message that says so, for attention, GEMMs and whole models alike."""
+    """Each engine runs from its own floor on: TensorRT-LLM from Ampere (its
+    supported-hardware page), vLLM and SGLang from Turing (vLLM's installation page:
+    compute capability 7.5; SGLang's model runner refuses below SM75). On Turing both run
+    their Triton attention backend (no FlashAttention-2 or FlashInfer build there: it was
+    predicted as FlashAttention-2, a kernel that does not run there); below its floor an
+    engine is refused with a message that says so and names the engines that do run, for
+    attention, GEMMs and whole models alike (vLLM and SGLang were predicted on V100 and
+    P100, where neither starts)."""
     arch = pm.load_hardware(gpu).arch
-    for phase in ("prefill", "decode"):
-        assert attention_kernel("vllm", arch, phase, group=4.0).impl == "triton"
-        with pytest.raises(PerfmodelError, match="from Ampere on"):
-            attention_kernel("trtllm", arch, phase, group=4.0)
-    with pytest.raises(PerfmodelError, match="from Ampere on"):
-        gemm_kernel("trtllm", arch, "per-tensor")
+    turing = arch == "turing"
     cfg = pm.load_model("llama-2-7b")
-    with pytest.raises(PerfmodelError, match="vllm or sglang"):
-        pm.predict_model(cfg, gpu, phase="decode", batch=1, context_len=128,
-                         engine="trtllm")
-    p = pm.predict_model(cfg, gpu, phase="decode", batch=1, context_len=128,
-                         engine="vllm")
-    assert 0.0 < p.latency_s < 1.0
+    for engine in ("trtllm", "vllm", "sglang"):
+        runs = engine != "trtllm" and turing
+        assert engine_runs_on(engine, arch) == runs
+        if runs:
+            for phase in ("prefill", "decode"):
+                assert attention_kernel(engine, arch, phase, group=4.0).impl == "triton"
+            p = pm.predict_model(cfg, gpu, phase="decode", batch=1, context_len=128,
+                                 engine=engine)
+            assert 0.0 < p.latency_s < 1.0
+            continue
+        floor = "from Ampere on" if engine == "trtllm" else "from Turing"
+        fix = "vllm or sglang" if turing else "--engine none"
+        for phase in ("prefill", "decode"):
+            with pytest.raises(PerfmodelError, match=floor):
+                attention_kernel(engine, arch, phase, group=4.0)
+        with pytest.raises(PerfmodelError, match=floor):
+            gemm_kernel(engine, arch, "per-tensor")
+        with pytest.raises(PerfmodelError, match=fix):
+            pm.predict_model(cfg, gpu, phase="decode", batch=1, context_len=128,
+                             engine=engine)
+    assert engine_runs_on("none", arch)
     # Ampere keeps FlashAttention-2 in vLLM and TensorRT-LLM's kernels
+    for engine in ("trtllm", "vllm", "sglang"):
+        assert engine_runs_on(engine, "ampere")
     assert attention_kernel("vllm", "ampere", "decode").impl == "flash2"
     assert attention_kernel("trtllm", "ampere", "decode", group=4.0).impl == "xqa"
+    assert not engine_runs_on("trtllm", "cdna3")
+    assert engine_runs_on("vllm", "cdna3")
 
 
 @pytest.mark.parametrize("arch", ["ampere", "ada", "blackwell-consumer"])
