@@ -132,3 +132,37 @@ def test_flash3_on_a_pre_ampere_gpu_names_the_impl() -> None:
     assert info.value.field == "impl"
     assert pm.predict(op, "h100-sxm").latency_s > 0
     assert pm.predict(op, "a100-80gb-sxm").latency_s > 0
+
+
+@pytest.mark.parametrize("gpu", ["p100-pcie-16gb", "v100-sxm2-32gb", "t4", "a100-80gb-sxm",
+                                 "mi300x"])
+def test_a_named_kernel_family_runs_only_where_it_is_built(gpu: str) -> None:
+    """A kernel family asked for by name is predicted only on GPUs it has a build for:
+    FlashAttention-2 (and its paged kernel) from Ampere on (its README: Ampere, Ada,
+    Hopper), FlashInfer from Turing on (SM75), TensorRT-LLM's fmha_v2, XQA and masked-MHA
+    kernels on NVIDIA GPUs from Ampere on (its supported-hardware page); elsewhere the
+    error names the impl and a fix whose kernels do run there. All were predicted on a
+    V100 and P100, and the TensorRT-LLM ones on AMD GPUs too."""
+    from perfmodel.timing import attention_runs_on
+
+    hw = pm.load_hardware(gpu)
+    nvidia = hw.vendor == "nvidia"
+    old = hw.arch in ("pascal", "volta", "turing")
+    runs = {"flash2": not old, "paged": not old, "flashinfer": hw.arch not in ("pascal", "volta"),
+            "fmha-v2": nvidia and not old, "xqa": nvidia and not old,
+            "mmha": nvidia and not old, "mem-efficient": True, "triton": True, "flash": True}
+    for impl, expected in runs.items():
+        op = pm.Attention(batch=1, heads=8, kv_heads=2, seq_q=1 if impl in ("xqa", "mmha")
+                          else 1024, seq_kv=1024, head_dim=128, dtype="fp16", impl=impl)
+        assert attention_runs_on(impl, hw.arch) == expected, impl
+        if expected:
+            assert pm.predict(op, hw).latency_s > 0, impl
+            continue
+        with pytest.raises(PerfmodelError) as info:
+            pm.predict(op, hw)
+        assert info.value.field == "impl"
+        assert impl in str(info.value)
+        # the fix names only kernels that run here
+        named = [k for k in runs if f"'{k}'" in info.value.fix]
+        assert named, info.value.fix
+        assert all(runs[k] for k in named), (impl, info.value.fix)

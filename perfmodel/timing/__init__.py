@@ -16,7 +16,7 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
-from perfmodel.engines import gemm_dispatch
+from perfmodel.engines import NVIDIA_ARCHS, gemm_dispatch
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import IMPLS, UNFUSED_IMPLS, Attention
@@ -61,6 +61,43 @@ _BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
     "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
     "flashinfer-sm100": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
 }
+_PRE_AMPERE = ("pascal", "volta", "turing")
+_OLD_NVIDIA_HINT = "use impl='flash' (the native fused kernel: PyTorch's mem-efficient " \
+                   "kernel before Ampere), 'mem-efficient' or 'triton'"
+#: TensorRT-LLM's kernel families (fmha_v2, XQA, masked MHA): it runs on NVIDIA GPUs from
+#: Ampere on (its supported-hardware page, nvidia.github.io/TensorRT-LLM/
+#: supported-hardware.html).
+_TRTLLM_BUILDS = ("ampere", "ada", *_FA3_ARCHS, "blackwell-consumer")
+_TRTLLM_WHERE = "are TensorRT-LLM's, which runs on NVIDIA GPUs from Ampere on (its " \
+                "supported-hardware page)"
+_BUILT_FOR.update(dict.fromkeys(("fmha-v2", "xqa", "mmha"),
+                                (_TRTLLM_BUILDS, _TRTLLM_WHERE, _FLASH_HINT)))
+_FA2_FLOOR = (_PRE_AMPERE, "need Ampere or later (FlashAttention-2's CUDA build supports "
+              "Ampere, Ada and Hopper GPUs: its README, Dao-AILab/flash-attention; "
+              "Turing has FlashAttention 1.x)", _OLD_NVIDIA_HINT)
+#: Kernel families with no build for some older NVIDIA architectures: (architectures,
+#: how the error says it, the fix). Other vendors' GPUs keep the family's model (ROCm
+#: builds of FlashAttention-2 exist).
+_NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "flash2": _FA2_FLOOR, "paged": _FA2_FLOOR,
+    "flashinfer": (("pascal", "volta"), "need Turing or later (FlashInfer supports SM75 "
+                   "and later: its README, flashinfer-ai/flashinfer)", _OLD_NVIDIA_HINT),
+}
+
+
+def _built_here(impl: str, arch: str) -> tuple[str, str] | None:
+    """None where kernel family ``impl`` has a build for ``arch``; else (why, the fix)."""
+    built = _BUILT_FOR.get(impl)
+    if built is not None and arch not in built[0]:
+        # the fix names kernels that run there: the old-NVIDIA list before Ampere, the
+        # native fused kernel on other vendors' GPUs
+        hint = _OLD_NVIDIA_HINT if arch in _PRE_AMPERE else \
+            built[2] if arch in NVIDIA_ARCHS else _FLASH_HINT
+        return built[1], hint
+    missing = _NOT_BUILT_FOR.get(impl)
+    if missing is not None and arch in missing[0]:
+        return missing[1], missing[2]
+    return None
 
 
 def attention_runs_on(impl: str, arch: str) -> bool:
@@ -73,8 +110,7 @@ def attention_runs_on(impl: str, arch: str) -> bool:
     fam = ATTENTION_FAMILIES.get(impl)
     if fam is None:
         return True
-    built = _BUILT_FOR.get(impl)
-    if built is not None and arch not in built[0]:
+    if _built_here(impl, arch) is not None:
         return False
     if any(a == arch for a, _ in fam.built_as):
         return False
@@ -261,10 +297,10 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
                    consts: Constants) -> Prediction:
     _check_dtype(spec, op.dtype)
     _check_dtype(spec, op.kv_dtype, "kv_dtype")
-    built = _BUILT_FOR.get(op.impl)
-    if built is not None and spec.arch not in built[0]:
-        raise PerfmodelError("impl", f"{op.impl} kernels {built[1]}; {spec.id} is {spec.arch}",
-                             built[2])
+    missing = _built_here(op.impl, spec.arch)
+    if missing is not None:
+        raise PerfmodelError("impl", f"{op.impl} kernels {missing[0]}; {spec.id} is "
+                             f"{spec.arch}", missing[1])
     k = knobs_for(spec, "attention", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
     t = time_flash(op, k, env, consts)
