@@ -33,6 +33,7 @@ __all__ = [
     "GemmDispatch",
     "attention_kernel",
     "attention_kernel_for_label",
+    "engine_refusal",
     "engine_runs_on",
     "fused_quantize",
     "gemm_dispatch",
@@ -138,37 +139,44 @@ _NOT_NVIDIA = "ROCm / XPU build: the engine's kernels there (AITER, Composable K
 
 def engine_runs_on(engine: str, arch: str) -> bool:
     """Whether ``engine`` runs on a GPU of architecture ``arch``: every engine (and
-    ``none``) except below its floor (TensorRT-LLM from Ampere on and on NVIDIA GPUs only,
-    vLLM and SGLang from Turing on); where this is False, the engine's kernel choices
-    raise an error that says why."""
+    ``none``) except where it has no build (TensorRT-LLM from Ampere on and on NVIDIA GPUs
+    only; vLLM and SGLang from Turing on, vLLM's ROCm build from MI200 on, SGLang's on
+    MI300X/MI325X/MI355X only: :data:`_ENGINE_FLOORS`); where this is False, the engine's
+    kernel choices raise :func:`engine_refusal`'s error."""
+    return engine_refusal(engine, arch) is None
+
+
+def engine_refusal(engine: str, arch: str) -> PerfmodelError | None:
+    """The error asking for ``engine`` on architecture ``arch`` raises (None where it
+    runs): where the engine has no build (:data:`_ENGINE_FLOORS`; TensorRT-LLM off NVIDIA)
+    it says so, with its source and the engines that do run there."""
     eng = normalize_engine(engine)
-    floor = _ENGINE_FLOOR.get(eng)
-    if floor is not None and arch in floor[0]:
-        return False
-    return not (eng == "trtllm" and arch and arch not in NVIDIA_ARCHS)
+    why = _not_built(eng, arch)
+    if why is None:
+        return None
+    runs = [e for e in ("trtllm", "vllm", "sglang") if _not_built(e, arch) is None]
+    fix = f"use --engine {' or '.join(runs)}, or none" if runs else \
+        "use --engine none (PyTorch's kernels: the architecture's native ones)"
+    return PerfmodelError("engine", f"{why}, and this GPU's architecture is {arch}", fix)
+
+
+def _not_built(engine: str, arch: str) -> str | None:
+    """Why ``engine`` does not run on ``arch`` (its floor and source), or None."""
+    for eng, archs, what, source in _ENGINE_FLOORS:
+        if eng == engine and arch in archs:
+            return f"{what} ({source})"
+    if engine == "trtllm" and arch and arch not in NVIDIA_ARCHS:
+        return "TensorRT-LLM runs on NVIDIA GPUs only"
+    return None
 
 
 def _nvidia(engine: str, arch: str) -> bool:
     """Whether ``arch`` is an NVIDIA architecture (an empty arch: not known, taken as
-    one). An engine asked for on an NVIDIA architecture below its floor
-    (:data:`_ENGINE_FLOOR`: TensorRT-LLM from Ampere on, vLLM and SGLang from Turing on),
-    or TensorRT-LLM on another vendor's GPU, is an error that names the floor, its source
-    and the engines that do run there."""
-    floor = _ENGINE_FLOOR.get(engine)
-    if floor is not None and arch in floor[0]:
-        runs = [e for e in ("trtllm", "vllm", "sglang") if arch not in _ENGINE_FLOOR[e][0]]
-        fix = (f"use --engine {' or '.join(runs)} (their Triton attention backends run "
-               f"there), or none" if runs else
-               "use --engine none (PyTorch's kernels: the architecture's native ones)")
-        raise PerfmodelError("engine", f"{floor[1]} ({floor[2]}), and this GPU's "
-                             f"architecture is {arch}", fix)
-    if not arch or arch in NVIDIA_ARCHS:
-        return True
-    if engine == "trtllm":
-        raise PerfmodelError("engine", f"TensorRT-LLM runs on NVIDIA GPUs only, and this "
-                             f"GPU's architecture is {arch}",
-                             "use --engine vllm or sglang (their ROCm builds), or none")
-    return False
+    one); an engine that does not run on ``arch`` (:func:`engine_refusal`) raises."""
+    refusal = engine_refusal(engine, arch)
+    if refusal is not None:
+        raise refusal
+    return not arch or arch in NVIDIA_ARCHS
 
 
 #: flash_attn_varlen_func (the entry point vLLM's FA2 backend calls) splits the
@@ -183,7 +191,7 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
 
     TRT-LLM (Ampere and later only: an error before; vLLM and SGLang from Turing on,
-    :data:`_ENGINE_FLOOR`): fmha_v2 context kernels and XQA
+    :data:`_ENGINE_FLOORS`): fmha_v2 context kernels and XQA
     decode before Blackwell (its masked-MHA kernel when ``group``, the query heads per KV
     head, is 1), trtllm-gen on Blackwell; decode with more than 32 query heads per KV head
     runs masked MHA everywhere;
@@ -299,20 +307,29 @@ _SGLANG_PRE_AMPERE = "SGLang on Turing: its Triton attention backend " \
 
 #: NVIDIA architectures below compute capability 7.5 (Pascal, Volta).
 _BEFORE_TURING = frozenset({"pascal", "volta"})
-#: Each engine's hardware floor: (architectures it does not run on, what the error says,
-#: its source). vLLM: "compute capability 7.5 or higher" on its GPU installation page
-#: from v0.21 (7.0 before; AIConfigurator's rows are v0.24); SGLang: its model runner
-#: raises "SGLang only supports sm75 and above" below SM75
-#: (``maybe_downgrade_dtype_for_legacy_gpu``), and FlashInfer, its default, needs SM75.
-_ENGINE_FLOOR: dict[str, tuple[frozenset[str], str, str]] = {
-    "trtllm": (_PRE_AMPERE, "TensorRT-LLM runs on NVIDIA GPUs from Ampere on",
-               _TRTLLM_HARDWARE),
-    "vllm": (_BEFORE_TURING, "vLLM runs on NVIDIA GPUs from Turing (compute capability "
-             "7.5) on", "its GPU installation page from v0.21: 'compute capability 7.5 or "
-             "higher'"),
-    "sglang": (_BEFORE_TURING, "SGLang runs on NVIDIA GPUs from Turing (SM75) on",
-               "its model runner: 'SGLang only supports sm75 and above'"),
-}
+#: Where each engine does not run: (engine, architectures, what the error says, its
+#: source). TensorRT-LLM: Ampere and later (and NVIDIA only, :func:`_not_built`). vLLM:
+#: "compute capability 7.5 or higher" on its GPU installation page from v0.21 (7.0
+#: before; AIConfigurator's rows are v0.24), and its ROCm build lists MI200s (gfx90a),
+#: MI300 (gfx942) and MI350 (gfx950), not MI100 (gfx908). SGLang: its model runner raises
+#: "SGLang only supports sm75 and above" below SM75 (``maybe_downgrade_dtype_for_legacy_gpu``;
+#: FlashInfer, its default, needs SM75 too), and sgl-kernel's ROCm build stops on any
+#: architecture but gfx942 and gfx950 (sgl-kernel/setup_rocm.py: "Expected 'gfx942' or
+#: 'gfx950'"), i.e. MI300X/MI325X and MI355X.
+_ENGINE_FLOORS: tuple[tuple[str, frozenset[str], str, str], ...] = (
+    ("trtllm", _PRE_AMPERE, "TensorRT-LLM runs on NVIDIA GPUs from Ampere on",
+     _TRTLLM_HARDWARE),
+    ("vllm", _BEFORE_TURING, "vLLM runs on NVIDIA GPUs from Turing (compute capability "
+     "7.5) on", "its GPU installation page from v0.21: 'compute capability 7.5 or higher'"),
+    ("vllm", frozenset({"cdna1"}), "vLLM's ROCm build runs on MI200 (gfx90a), MI300 "
+     "(gfx942) and MI350 (gfx950) Instinct GPUs, not MI100 (gfx908)",
+     "its GPU installation page"),
+    ("sglang", _BEFORE_TURING, "SGLang runs on NVIDIA GPUs from Turing (SM75) on",
+     "its model runner: 'SGLang only supports sm75 and above'"),
+    ("sglang", frozenset({"cdna1", "cdna2"}), "SGLang's ROCm build runs on gfx942 "
+     "(MI300X, MI325X) and gfx950 (MI355X) only", "sgl-kernel/setup_rocm.py: "
+     "'Expected gfx942 or gfx950'"),
+)
 
 #: Most query heads per KV head TensorRT-LLM's generation kernels (XQA before Blackwell,
 #: trtllm-gen on it) take; larger groups run its masked-MHA kernel. Observed in

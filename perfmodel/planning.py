@@ -36,6 +36,7 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._limits import MAX_TOKENS, MAX_TP, check_count
+from perfmodel.engines import engine_refusal
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
@@ -131,6 +132,8 @@ class GpuPlan:
     price_source: str
     best: PlanOption | None
     options: tuple[PlanOption, ...]
+    engine_refused: str = ""
+    """Why the planned engine does not run on this GPU (empty where it does)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class Plan:
             "gpus": [{"gpu": g.gpu, "name": g.name, "usd_per_gpu_hour": g.usd_per_gpu_hour,
                       "price_source": g.price_source,
                       "best": clean(asdict(g.best)) if g.best else None,
+                      "engine_refused": g.engine_refused,
                       "options": [clean(asdict(o)) for o in g.options]}
                      for g in self.ranked()],
             "assumptions": list(self.assumptions),
@@ -177,7 +181,8 @@ def _batch_grid(limit: int) -> np.ndarray[Any, np.dtype[np.float64]]:
 
 
 def refused_tp(spec: HardwareSpec, t: int, exc: PerfmodelError) -> PlanOption:
-    """An infeasible option for a TP degree the model cannot be split into, with why."""
+    """An infeasible option for a TP degree the model cannot be split into (or on a GPU
+    the engine does not run on), with why."""
     nan = math.nan
     return PlanOption(gpu=spec.id, tp=t, feasible=False, reason=exc.problem,
                       batch=0, limited_by="", replicas=0, gpus=0, ttft_s=nan, tpot_s=nan,
@@ -323,7 +328,10 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
             price, source = spec.pricing.usd_per_hour, "spec: " + spec.pricing.assumption
         else:
             price, source = None, "no price in the spec (pass one to get costs)"
-        if method == "simulate":
+        refusal = engine_refusal(engine, spec.arch)
+        if refusal is not None:  # the engine does not run on this GPU: say so, plan the rest
+            opts = tuple(refused_tp(spec, int(t), refusal) for t in sorted(set(tp_options)))
+        elif method == "simulate":
             from perfmodel.planning_sim import plan_gpu_simulated
             opts = plan_gpu_simulated(cfg, spec, workload, sorted(set(tp_options)), price,
                                       engine, percentile, requests, length_spread, options)
@@ -333,7 +341,8 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
         feasible = [o for o in opts if o.feasible]
         best = min(feasible, key=lambda o: (o.gpus, o.tp)) if feasible else None
         out.append(GpuPlan(gpu=spec.id, name=spec.name, usd_per_gpu_hour=price,
-                           price_source=source, best=best, options=opts))
+                           price_source=source, best=best, options=opts,
+                           engine_refused="" if refusal is None else refusal.problem))
     assumptions: tuple[str, ...] = ASSUMPTIONS
     if method == "simulate":
         from perfmodel.planning_sim import assumptions_simulated

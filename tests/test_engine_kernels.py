@@ -972,6 +972,47 @@ def test_cli_refuses_trtllm_on_amd(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("gpu", "runs"), [
+    ("mi100", set()), ("mi210", {"vllm"}), ("mi250x", {"vllm"}),
+    ("mi300x", {"vllm", "sglang"}), ("mi355x", {"vllm", "sglang"})])
+def test_engines_on_amd_gpus_run_where_their_rocm_builds_do(gpu: str, runs: set[str]) -> None:
+    """vLLM's ROCm build covers MI200 (gfx90a) and later, not MI100 (gfx908); sgl-kernel's
+    ROCm build stops on anything but gfx942/gfx950 (MI300X, MI325X, MI355X); TensorRT-LLM
+    is NVIDIA-only. Elsewhere the refusal names the engines that do run (both were
+    predicted on every AMD GPU)."""
+    hw = pm.load_hardware(gpu)
+    cfg = pm.load_model("llama-3.1-8b")
+    for engine in ("trtllm", "vllm", "sglang"):
+        assert engine_runs_on(engine, hw.arch) == (engine in runs)
+        if engine in runs:
+            p = pm.predict_model(cfg, hw, phase="decode", batch=1, context_len=128,
+                                 engine=engine)
+            assert 0.0 < p.latency_s < 1.0
+            continue
+        with pytest.raises(PerfmodelError) as info:
+            pm.predict_model(cfg, hw, phase="decode", batch=1, context_len=128, engine=engine)
+        assert info.value.field == "engine"
+        fix = info.value.fix
+        assert all(e in fix for e in runs)
+        assert not any(e in fix for e in {"trtllm", "vllm", "sglang"} - runs)
+
+
+def test_cli_comparison_names_the_gpu_an_engine_does_not_run_on(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``model --gpu A,B --engine E`` where E does not run on B is one error line naming B
+    (it said "this GPU" without saying which)."""
+    from perfmodel.cli.main import main
+    code = main(["model", "llama-3.1-8b", "--gpu", "a100-80gb-sxm,v100-sxm2-32gb", "--prompt",
+                 "128", "--gen", "8", "--engine", "vllm"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "v100-sxm2-32gb: vLLM runs on NVIDIA GPUs from Turing" in err
+    assert "drop v100-sxm2-32gb from --gpu" in err
+    assert err.count("\n") == 1
+    assert main(["model", "llama-3.1-8b", "--gpu", "a100-80gb-sxm,t4", "--prompt", "128",
+                 "--gen", "8", "--engine", "vllm"]) == 0
+
+
 def _pooled(fitted: dict[str, float]) -> Constants:
     """A table of fitted engine-call constants with every parent pooled from them, as a
     fit leaves it (:func:`perfmodel.calibrate.constants.pool_parents`)."""

@@ -105,6 +105,34 @@ def test_impossible_target_says_why() -> None:
     assert p.gpus[0].best is None
 
 
+@pytest.mark.parametrize("method", ["analytic", "simulate"])
+def test_a_gpu_the_engine_does_not_run_on_is_reported_not_fatal(
+        method: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan over several GPUs with an engine that does not run on one of them (vLLM
+    below Turing, TensorRT-LLM below Ampere) plans the others and says why that one has no
+    option (the whole plan used to fail on it)."""
+    wl = Workload(1, 512, 64, 2.0, 0.1)
+    for engine, gpu in (("vllm", "v100-sxm2-32gb"), ("trtllm", "t4")):
+        p = plan("llama-3.1-8b", [gpu, "a100-80gb-sxm"], wl, tp_options=(1, 2),
+                 engine=engine, method=method, requests=40)
+        by = {g.gpu: g for g in p.gpus}
+        assert by["a100-80gb-sxm"].best is not None
+        assert not by["a100-80gb-sxm"].engine_refused
+        refused = by[gpu]
+        assert refused.best is None
+        assert "runs on NVIDIA GPUs from" in refused.engine_refused
+        assert [o.tp for o in refused.options] == [1, 2]
+        assert all(not o.feasible and o.reason == refused.engine_refused
+                   for o in refused.options)
+        d = json.loads(json.dumps(p.to_dict()))
+        assert {g["gpu"]: g["engine_refused"] for g in d["gpus"]}[gpu] == refused.engine_refused
+    assert main(["plan", "llama-3.1-8b", "--gpus", "v100-sxm2-32gb,a100-80gb-sxm", "--engine",
+                 "vllm", "--rps", "1", "--prompt", "512", "--output", "64", "--ttft-ms", "2000",
+                 "--tpot-ms", "100", "--tp", "1", "--method", method, "--requests", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "engine does not run here" in out
+
+
 def test_price_override_and_json() -> None:
     p = plan("llama-3.1-8b", ["h100-sxm"], WL, prices={"h100-sxm": 1.0})
     g = p.gpus[0]

@@ -32,6 +32,7 @@ from perfmodel.cli._model_args import (
     tp_int,
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
+from perfmodel.engines import engine_refusal
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import (
@@ -269,6 +270,13 @@ def run(args: argparse.Namespace) -> int:
                              f"pass at most {args.prompt - 1}")
     cfg = load_model(args.model)
     check_plot_target(args.plot, args.model, *args.gpu)
+    if args.engine != "none" and len(args.gpu) > 1:
+        # a comparison names the GPU the engine does not run on
+        for gpu in args.gpu:
+            refusal = engine_refusal(args.engine, load_hardware(gpu).arch)
+            if refusal is not None:
+                raise PerfmodelError("engine", f"{gpu}: {refusal.problem}",
+                                     f"drop {gpu} from --gpu, or {refusal.fix}")
     preds = [_predict(cfg, gpu, args) for gpu in args.gpu]
     capped_from = _cap_batch(cfg, preds, args)
     if capped_from:

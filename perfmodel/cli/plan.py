@@ -127,7 +127,8 @@ def _report(p: Plan) -> None:
     for g in p.ranked():
         b = g.best
         if b is None:
-            rows.append([g.gpu, "-", "-", "-", "-", "-", "-", "-", "-", "-", "cannot meet"])
+            verdict = "engine does not run here" if g.engine_refused else "cannot meet"
+            rows.append([g.gpu, "-", "-", "-", "-", "-", "-", "-", "-", "-", verdict])
             continue
         rows.append([g.gpu, str(b.tp), str(b.replicas), str(b.gpus), str(b.batch),
                      fmt_time(b.ttft_s), fmt_time(b.tpot_s), f"{b.tokens_per_s_per_gpu:,.0f}",
