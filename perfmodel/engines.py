@@ -390,6 +390,9 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
     MMA): block-scaled fp8 and nvfp4 go to CUTLASS's SM120 kernels (:data:`_SM120_GEMM`).
     """
     eng = normalize_engine(engine)
+    refusal = engine_refusal(eng, arch)
+    if refusal is not None:  # the engine does not run here, whatever the GEMM's scheme
+        raise refusal
     if quant == "none":
         return GemmChoice("auto", False, "vendor library (cuBLAS)")
     if eng == "none":

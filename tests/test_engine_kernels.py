@@ -997,6 +997,23 @@ def test_engines_on_amd_gpus_run_where_their_rocm_builds_do(gpu: str, runs: set[
         assert not any(e in fix for e in {"trtllm", "vllm", "sglang"} - runs)
 
 
+def test_one_op_in_an_engines_context_is_refused_where_the_engine_does_not_run() -> None:
+    """A single op predicted in an engine's context (``RunContext(engine=...)``, or
+    ``predict gemm --engine``) on a GPU that engine does not run on raises the engine's
+    error, a bf16 GEMM too (it predicted with the engine's call costs on a V100 and
+    TensorRT-LLM's on an MI300X)."""
+    gemm = pm.Gemm(m=16, n=4096, k=4096, dtype="fp16")
+    for gpu, engine in (("v100-sxm2-32gb", "vllm"), ("mi210", "sglang"), ("mi300x", "trtllm")):
+        arch = pm.load_hardware(gpu).arch
+        with pytest.raises(PerfmodelError) as info:
+            predict(gemm, gpu, context=RunContext(launch="graph", engine=engine))
+        assert info.value.field == "engine"
+        with pytest.raises(PerfmodelError):
+            gemm_kernel(engine, arch, "none")
+        assert predict(gemm, gpu).latency_s > 0  # engine-neutral still predicts
+    assert predict(gemm, "t4", context=RunContext(launch="graph", engine="vllm")).latency_s > 0
+
+
 def test_cli_comparison_names_the_gpu_an_engine_does_not_run_on(
         capsys: pytest.CaptureFixture[str]) -> None:
     """``model --gpu A,B --engine E`` where E does not run on B is one error line naming B

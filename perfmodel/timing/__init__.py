@@ -16,7 +16,7 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
-from perfmodel.engines import NVIDIA_ARCHS, gemm_dispatch
+from perfmodel.engines import ENGINES, NVIDIA_ARCHS, engine_refusal, gemm_dispatch
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import IMPLS, UNFUSED_IMPLS, Attention
@@ -137,7 +137,9 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
         s; 0 for kernel-only time. Added to ``context.floor_s``.
     context:
         How the call runs and is timed (:class:`RunContext`: launch mode, L2 state,
-        rotated copies, host dispatch); default: stream launches, cold L2.
+        rotated copies, host dispatch, the engine); default: stream launches, cold L2. An
+        engine on a GPU it does not run on is an error
+        (:func:`perfmodel.engines.engine_refusal`).
     constants:
         Model constants (:class:`Constants`); default: the bundled fitted table.
     """
@@ -146,6 +148,11 @@ def predict(op: Op, hw: HardwareSpec | str, *, extra_overhead_s: float = 0.0,
         raise PerfmodelError("extra_overhead_s", f"must be ≥ 0, got {extra_overhead_s!r}",
                              "pass 0 for kernel-only time")
     ctx = context or DEFAULT_CONTEXT
+    if ctx.engine in ENGINES:
+        # an engine's call on a GPU it does not run on (engines.engine_refusal) is an error
+        refusal = engine_refusal(ctx.engine, spec.arch)
+        if refusal is not None:
+            raise refusal
     consts = spec_constants(spec, constants)
     floor = extra_overhead_s + ctx.floor_s
     timer = timer_for(op)
