@@ -25,6 +25,7 @@ from perfmodel._errors import PerfmodelError
 __all__ = [
     "ENGINES",
     "NVIDIA_ARCHS",
+    "PRE_AMPERE_ARCHS",
     "REQUEST_OVERHEAD_S",
     "STEP_OVERHEAD_PER_SEQ_S",
     "STEP_OVERHEAD_S",
@@ -127,6 +128,9 @@ _AIC = "NVIDIA AIConfigurator collectors (kernel_source per GPU, its README tabl
 #: Architectures of NVIDIA GPUs (the kernels chosen below are NVIDIA builds).
 NVIDIA_ARCHS: tuple[str, ...] = ("pascal", "volta", "turing", "ampere", "ada", "hopper",
                                  "blackwell", "blackwell-consumer")
+#: NVIDIA architectures before Ampere (SM80): no FlashAttention-2/3 build; the engines
+#: that run there (vLLM, SGLang on Turing) take Triton.
+PRE_AMPERE_ARCHS: frozenset[str] = frozenset({"pascal", "volta", "turing"})
 #: Where TensorRT-LLM's hardware floor comes from: its supported-hardware page lists
 #: Blackwell, Hopper, Ada Lovelace and Ampere GPUs, and its kernels (XQA, trtllm-gen, the
 #: fmha_v2 flash kernels it ships) are built for SM80 and later.
@@ -255,7 +259,7 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
         if arch in ("ampere", "ada", "blackwell-consumer") and kv_dtype == "fp8":
             # FA2 takes no fp8 cache (AIConfigurator measured Ada's choice)
             return AttentionChoice("flashinfer", source=_AIC if arch == "ada" else _VLLM_FP8_KV)
-        if arch in _PRE_AMPERE:
+        if arch in PRE_AMPERE_ARCHS:
             return AttentionChoice("triton", source=_VLLM_PRE_AMPERE)
         return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
     # sglang
@@ -269,7 +273,7 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
     if arch == "blackwell-consumer":
         return AttentionChoice("flashinfer", source=_SM120_ATTENTION,
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
-    if arch in _PRE_AMPERE:
+    if arch in PRE_AMPERE_ARCHS:
         return AttentionChoice("triton", source=_SGLANG_PRE_AMPERE)
     # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
     # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
@@ -292,8 +296,6 @@ _SM120_ATTENTION = "SGLang on SM120: FlashInfer (sgl-project/sglang PRs 12325, 1
 _VLLM_FP8_KV = "vLLM over an fp8 KV cache where its FlashAttention backend is FA2: " \
                "FlashInfer (FA2 takes no fp8 cache, vllm-project/vllm issue 12543; " \
                "AIConfigurator's L40S rows)"
-#: Architectures before Ampere: no FlashAttention-2/3 build; the engines take Triton (Turing).
-_PRE_AMPERE = frozenset({"pascal", "volta", "turing"})
 #: vLLM's choice there: its Triton attention backend (vllm-project/vllm PR 14071, V1: "Cannot
 #: use Flash Attention backend for Turing GPUs. Using Triton backend"; PR 45375 raised
 #: FlashInfer's minimum to SM80, so that "SM75 auto-selects a supported attention backend
@@ -317,7 +319,7 @@ _BEFORE_TURING = frozenset({"pascal", "volta"})
 #: architecture but gfx942 and gfx950 (sgl-kernel/setup_rocm.py: "Expected 'gfx942' or
 #: 'gfx950'"), i.e. MI300X/MI325X and MI355X.
 _ENGINE_FLOORS: tuple[tuple[str, frozenset[str], str, str], ...] = (
-    ("trtllm", _PRE_AMPERE, "TensorRT-LLM runs on NVIDIA GPUs from Ampere on",
+    ("trtllm", PRE_AMPERE_ARCHS, "TensorRT-LLM runs on NVIDIA GPUs from Ampere on",
      _TRTLLM_HARDWARE),
     ("vllm", _BEFORE_TURING, "vLLM runs on NVIDIA GPUs from Turing (compute capability "
      "7.5) on", "its GPU installation page from v0.21: 'compute capability 7.5 or higher'"),
@@ -397,7 +399,7 @@ def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
         return GemmChoice("auto", False, "vendor library (cuBLAS)")
     if eng == "none":
         return GemmChoice("auto", True, "engine-neutral default")
-    if not _nvidia(eng, arch):
+    if arch and arch not in NVIDIA_ARCHS:
         return GemmChoice("auto", True, _NOT_NVIDIA)
     if quant in ("per-tensor", "per-channel"):
         return GemmChoice("cublas" if eng == "trtllm" else "cutlass", True, _AIC)

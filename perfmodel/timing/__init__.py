@@ -16,7 +16,13 @@ import numpy as np
 
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
-from perfmodel.engines import ENGINES, NVIDIA_ARCHS, engine_refusal, gemm_dispatch
+from perfmodel.engines import (
+    ENGINES,
+    NVIDIA_ARCHS,
+    PRE_AMPERE_ARCHS,
+    engine_refusal,
+    gemm_dispatch,
+)
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import IMPLS, UNFUSED_IMPLS, Attention
@@ -61,7 +67,6 @@ _BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
     "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
     "flashinfer-sm100": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
 }
-_PRE_AMPERE = ("pascal", "volta", "turing")
 _OLD_NVIDIA_HINT = "use impl='flash' (the native fused kernel: PyTorch's mem-efficient " \
                    "kernel before Ampere), 'mem-efficient' or 'triton'"
 #: TensorRT-LLM's kernel families (fmha_v2, XQA, masked MHA): it runs on NVIDIA GPUs from
@@ -72,9 +77,10 @@ _TRTLLM_WHERE = "are TensorRT-LLM's, which runs on NVIDIA GPUs from Ampere on (i
                 "supported-hardware page)"
 _BUILT_FOR.update(dict.fromkeys(("fmha-v2", "xqa", "mmha"),
                                 (_TRTLLM_BUILDS, _TRTLLM_WHERE, _FLASH_HINT)))
-_FA2_FLOOR = (_PRE_AMPERE, "need Ampere or later (FlashAttention-2's CUDA build supports "
-              "Ampere, Ada and Hopper GPUs: its README, Dao-AILab/flash-attention; "
-              "Turing has FlashAttention 1.x)", _OLD_NVIDIA_HINT)
+_FA2_FLOOR = (tuple(sorted(PRE_AMPERE_ARCHS)),
+              "need Ampere or later (FlashAttention-2's CUDA build supports Ampere, Ada and "
+              "Hopper GPUs: its README, Dao-AILab/flash-attention; Turing has "
+              "FlashAttention 1.x)", _OLD_NVIDIA_HINT)
 #: Kernel families with no build for some older NVIDIA architectures: (architectures,
 #: how the error says it, the fix). Other vendors' GPUs keep the family's model (ROCm
 #: builds of FlashAttention-2 exist).
@@ -91,7 +97,7 @@ def _built_here(impl: str, arch: str) -> tuple[str, str] | None:
     if built is not None and arch not in built[0]:
         # the fix names kernels that run there: the old-NVIDIA list before Ampere, the
         # native fused kernel on other vendors' GPUs
-        hint = _OLD_NVIDIA_HINT if arch in _PRE_AMPERE else \
+        hint = _OLD_NVIDIA_HINT if arch in PRE_AMPERE_ARCHS else \
             built[2] if arch in NVIDIA_ARCHS else _FLASH_HINT
         return built[1], hint
     missing = _NOT_BUILT_FOR.get(impl)
