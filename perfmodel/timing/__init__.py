@@ -67,8 +67,15 @@ _BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
     "trtllm-gen": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
     "flashinfer-sm100": (("blackwell",), "are built for Blackwell", _BLACKWELL_HINT),
 }
-_OLD_NVIDIA_HINT = "use impl='flash' (the native fused kernel: PyTorch's mem-efficient " \
-                   "kernel before Ampere), 'mem-efficient' or 'triton'"
+
+
+def _old_nvidia_hint(arch: str) -> str:
+    """The fix on an NVIDIA GPU before Ampere: kernels that run there (Triton from Volta)."""
+    triton = "" if arch == "pascal" else " or 'triton'"
+    return "use impl='flash' (the native fused kernel: PyTorch's mem-efficient kernel " \
+           f"before Ampere), 'mem-efficient'{triton}"
+
+
 #: TensorRT-LLM's kernel families (fmha_v2, XQA, masked MHA): it runs on NVIDIA GPUs from
 #: Ampere on (its supported-hardware page, nvidia.github.io/TensorRT-LLM/
 #: supported-hardware.html).
@@ -80,14 +87,16 @@ _BUILT_FOR.update(dict.fromkeys(("fmha-v2", "xqa", "mmha"),
 _FA2_FLOOR = (tuple(sorted(PRE_AMPERE_ARCHS)),
               "need Ampere or later (FlashAttention-2's CUDA build supports Ampere, Ada and "
               "Hopper GPUs: its README, Dao-AILab/flash-attention; Turing has "
-              "FlashAttention 1.x)", _OLD_NVIDIA_HINT)
-#: Kernel families with no build for some older NVIDIA architectures: (architectures,
-#: how the error says it, the fix). Other vendors' GPUs keep the family's model (ROCm
-#: builds of FlashAttention-2 exist).
-_NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
+              "FlashAttention 1.x)")
+#: Kernel families with no build for some older NVIDIA architectures: (architectures, how
+#: the error says it; the fix names what runs there, :func:`_old_nvidia_hint`). Other
+#: vendors' GPUs keep the family's model (ROCm builds of FlashAttention-2 exist).
+_NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str]] = {
     "flash2": _FA2_FLOOR, "paged": _FA2_FLOOR,
     "flashinfer": (("pascal", "volta"), "need Turing or later (FlashInfer supports SM75 "
-                   "and later: its README, flashinfer-ai/flashinfer)", _OLD_NVIDIA_HINT),
+                   "and later: its README, flashinfer-ai/flashinfer)"),
+    "triton": (("pascal",), "need Volta or later (Triton compiles for compute capability "
+               "7.0 and later: triton-lang/triton issue 161)"),
 }
 
 
@@ -97,12 +106,12 @@ def _built_here(impl: str, arch: str) -> tuple[str, str] | None:
     if built is not None and arch not in built[0]:
         # the fix names kernels that run there: the old-NVIDIA list before Ampere, the
         # native fused kernel on other vendors' GPUs
-        hint = _OLD_NVIDIA_HINT if arch in PRE_AMPERE_ARCHS else \
+        hint = _old_nvidia_hint(arch) if arch in PRE_AMPERE_ARCHS else \
             built[2] if arch in NVIDIA_ARCHS else _FLASH_HINT
         return built[1], hint
     missing = _NOT_BUILT_FOR.get(impl)
     if missing is not None and arch in missing[0]:
-        return missing[1], missing[2]
+        return missing[1], _old_nvidia_hint(arch)
     return None
 
 
