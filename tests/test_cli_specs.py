@@ -227,3 +227,34 @@ def test_attention_runs_on(arch: str, runs: set[str], not_here: set[str]) -> Non
 
     assert all(attention_runs_on(f, arch) for f in runs)
     assert not any(attention_runs_on(f, arch) for f in not_here)
+
+
+def test_specs_show_says_which_engines_run_and_with_what(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``specs show`` lists, per engine, the kernels its profile runs on the GPU or why it
+    does not run there (text and ``--json``), from the same functions predictions use."""
+    from perfmodel.engines import attention_kernel, engine_refusal
+
+    assert main(["specs", "show", "t4"]) == 0
+    out = capsys.readouterr().out
+    block = out[out.index("\nengines"):].split("\n\n")[0].splitlines()
+    trt = next(ln for ln in block if ln.strip().startswith("trtllm"))
+    assert "does not run here" in trt
+    assert "from Ampere on" in trt
+    vllm = next(ln for ln in block if ln.strip().startswith("vllm"))
+    assert "prefill triton, decode triton" in vllm
+    assert main(["specs", "show", "l40s", "--json"]) == 0
+    engines = json.loads(capsys.readouterr().out)["engines"]
+    assert set(engines) == {"trtllm", "vllm", "sglang"}
+    assert all(e["runs"] for e in engines.values())
+    assert engines["vllm"]["attention"]["decode (fp8 KV)"] == \
+        attention_kernel("vllm", "ada", "decode", kv_dtype="fp8", group=4.0).impl == "flashinfer"
+    assert engines["vllm"]["gemm"]["block"] == "triton"
+    assert "nvfp4" not in engines["vllm"]["gemm"]  # no fp4 peak on Ada
+    assert main(["specs", "show", "mi210", "--json"]) == 0
+    amd = json.loads(capsys.readouterr().out)["engines"]
+    assert not amd["sglang"]["runs"]
+    refusal = engine_refusal("sglang", "cdna2")
+    assert refusal is not None
+    assert amd["sglang"]["why"] == refusal.problem
+    assert amd["vllm"]["runs"]

@@ -205,6 +205,7 @@ def run_show(args: argparse.Namespace) -> int:
             "provenance": [{"figure": figure, "value": value, "provenance": text or None}
                            for figure, value, text in describe(hw)],
             "model_constants": model_constants(hw.arch),
+            "engines": engine_support(hw),
         }
         print(json.dumps(out, indent=2))
         return 0
@@ -232,6 +233,8 @@ def show_lines(hw: HardwareSpec, path: str = "") -> list[str]:
         if name == "efficiency":
             lines.append("")
             lines.extend(_efficiency_lines(hw))
+            lines.append("")
+            lines.extend(_engine_lines(hw))
             continue
         if isinstance(value, BaseModel):
             block = _model_lines(value, indent=1)
@@ -303,6 +306,44 @@ def model_constants(arch: str) -> dict[str, Any]:
         "headline": [{"name": n, "value": consts[n], "unit": PARAMS[n].unit,
                       "provenance": consts.provenance(n)} for n in names if n in PARAMS],
     }
+
+
+def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
+    """Per engine (``trtllm``, ``vllm``, ``sglang``): whether it runs on ``hw`` and, where it
+    does, the kernel families its profile runs there (:mod:`perfmodel.engines`): attention
+    for prefill and decode (a GQA group of 4, over a 16-bit and an fp8 KV cache where the
+    GPU has fp8) and the GEMM of each quantization scheme the GPU has a peak for; where it
+    does not, why (:func:`perfmodel.engines.engine_refusal`)."""
+    from perfmodel.engines import attention_kernel, engine_refusal, gemm_kernel
+
+    out: dict[str, dict[str, Any]] = {}
+    for engine in ("trtllm", "vllm", "sglang"):
+        refusal = engine_refusal(engine, hw.arch)
+        if refusal is not None:
+            out[engine] = {"runs": False, "why": refusal.problem}
+            continue
+        kvs = ("bf16", "fp8") if "fp8" in hw.peaks else ("bf16",)
+        attention = {f"{phase}{'' if kv == 'bf16' else ' (fp8 KV)'}":
+                     attention_kernel(engine, hw.arch, phase, kv_dtype=kv, group=4.0).impl
+                     for kv in kvs for phase in ("prefill", "decode")}
+        schemes = [q for q, dt in (("per-tensor", "fp8"), ("block", "fp8"), ("nvfp4", "fp4"))
+                   if dt in hw.peaks]
+        gemm = {q: gemm_kernel(engine, hw.arch, q).impl for q in ("none", *schemes)}
+        out[engine] = {"runs": True, "attention": attention, "gemm": gemm}
+    return out
+
+
+def _engine_lines(hw: HardwareSpec) -> list[str]:
+    """``specs show``'s engine block: each engine's kernels here, or why it does not run."""
+    lines = ["engines (the kernels each engine profile runs here: perfmodel.engines)"]
+    for engine, info in engine_support(hw).items():
+        if not info["runs"]:
+            lines.append(f"  {engine:<7} does not run here: {info['why']}")
+            continue
+        attn = ", ".join(f"{k} {v}" for k, v in info["attention"].items())
+        gemm = ", ".join(f"{'bf16' if k == 'none' else k} {v}" for k, v in info["gemm"].items())
+        lines.append(f"  {engine:<7} attention: {attn}; GEMM: {gemm}")
+    return lines
 
 
 def _constant_value(value: float, unit: str) -> str:
