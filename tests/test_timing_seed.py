@@ -168,3 +168,31 @@ def test_a_named_kernel_family_runs_only_where_it_is_built(gpu: str) -> None:
         named = [k for k in runs if f"'{k}'" in info.value.fix]
         assert named, info.value.fix
         assert all(runs[k] for k in named), (impl, info.value.fix)
+
+
+@pytest.mark.parametrize("gpu", ["p100-pcie-16gb", "l40s", "h100-sxm", "b200", "rtx-5090",
+                                 "mi300x"])
+def test_a_named_gemm_family_runs_only_where_it_is_built(gpu: str) -> None:
+    """GEMM kernel families named explicitly are held to their builds as the attention
+    ones are: DeepGEMM and the engines' CuTe-DSL GEMMs on SM90/SM100 only (not Ada, not
+    SM120), cuBLAS, CUTLASS and FlashInfer on NVIDIA GPUs (FlashInfer from SM75), Triton
+    from compute capability 7.0 (and on AMD GPUs); each was predicted everywhere. The fix
+    names only families that run there."""
+    hw = pm.load_hardware(gpu)
+    arch, nvidia = hw.arch, hw.vendor == "nvidia"
+    dtype, quant = ("fp8", "block") if "fp8" in hw.peaks else ("fp16", "none")
+    runs = {"auto": True, "cublas": nvidia, "cutlass": nvidia,
+            "deepgemm": arch in ("hopper", "blackwell"), "cutedsl": arch in ("hopper", "blackwell"),
+            "flashinfer": nvidia and arch not in ("pascal", "volta"), "triton": arch != "pascal"}
+    for impl, expected in runs.items():
+        op = pm.Gemm(m=512, n=4096, k=4096, dtype=dtype, quant=quant, impl=impl)
+        if expected:
+            assert pm.predict(op, hw).latency_s > 0, impl
+            continue
+        with pytest.raises(PerfmodelError) as info:
+            pm.predict(op, hw)
+        assert info.value.field == "impl"
+        assert impl in str(info.value)
+        named = [k for k in runs if f"'{k}'" in info.value.fix]
+        assert named, info.value.fix
+        assert all(runs[k] for k in named), (impl, info.value.fix)

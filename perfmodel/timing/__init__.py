@@ -100,6 +100,39 @@ _NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+_SM90_SM100 = ("hopper", "blackwell")
+_VENDOR_HINT = "use impl='auto' (the vendor library) or 'triton'"
+#: GEMM kernel families built for some architectures only: (architectures, how the error
+#: says it, the fix). DeepGEMM and the CuTe-DSL kernels the engines run are SM90/SM100
+#: designs (warpgroup and tensor-memory MMA; on SM120 the engines take CUTLASS instead,
+#: perfmodel.engines), cuBLAS, CUTLASS and FlashInfer are NVIDIA's (FlashInfer from SM75),
+#: Triton compiles from compute capability 7.0 (and for AMD GPUs).
+_GEMM_BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "deepgemm": (_SM90_SM100, "are built for SM90 and SM100 (DeepGEMM's README: Hopper and "
+                 "datacenter Blackwell)", "use impl='cutlass', 'triton' or 'auto'"),
+    "cutedsl": (_SM90_SM100, "are built for SM90 and SM100 (the engines' CuTe-DSL GEMMs use "
+                "warpgroup and tensor-memory MMA)", "use impl='cutlass' or 'auto'"),
+    "cublas": (NVIDIA_ARCHS, "are NVIDIA's", _VENDOR_HINT),
+    "cutlass": (NVIDIA_ARCHS, "are NVIDIA's", _VENDOR_HINT),
+    "flashinfer": (tuple(a for a in NVIDIA_ARCHS if a not in ("pascal", "volta")),
+                   "are FlashInfer's, built for NVIDIA GPUs from SM75 (its README)",
+                   "use impl='auto' (the vendor library)"),
+}
+
+
+def _gemm_built_here(impl: str, arch: str) -> tuple[str, str] | None:
+    """None where GEMM kernel family ``impl`` has a build for ``arch``; else (why, fix)."""
+    if impl == "triton" and arch == "pascal":
+        return ("need Volta or later (Triton compiles for compute capability 7.0 and "
+                "later: triton-lang/triton issue 161)", "use impl='auto' (cuBLAS)")
+    built = _GEMM_BUILT_FOR.get(impl)
+    if built is None or arch in built[0]:
+        return None
+    fix = "use impl='auto' (cuBLAS)" if arch == "pascal" else \
+        built[2] if arch in NVIDIA_ARCHS else _VENDOR_HINT
+    return built[1], fix
+
+
 def _built_here(impl: str, arch: str) -> tuple[str, str] | None:
     """None where kernel family ``impl`` has a build for ``arch``; else (why, the fix)."""
     built = _BUILT_FOR.get(impl)
@@ -278,6 +311,10 @@ def _fixed(spec: HardwareSpec, dtype: str, seconds: Any, like: Prediction) -> Pr
 def _predict_gemm(op: Gemm, spec: HardwareSpec, ctx: RunContext,
                   consts: Constants) -> Prediction:
     _check_dtype(spec, op.dtype)
+    missing = _gemm_built_here(op.impl, spec.arch)
+    if missing is not None:
+        raise PerfmodelError("impl", f"{op.impl} GEMM kernels {missing[0]}; {spec.id} is "
+                             f"{spec.arch}", missing[1])
     k = knobs_for(spec, "gemm", op.dtype)
     env = make_env(k, ctx, consts, spec.arch)
     dispatch = gemm_dispatch(ctx.engine or "none", spec.arch, op.impl, op.quant)
