@@ -139,8 +139,8 @@ def test_flash3_on_a_pre_ampere_gpu_names_the_impl() -> None:
 def test_a_named_kernel_family_runs_only_where_it_is_built(gpu: str) -> None:
     """A kernel family asked for by name is predicted only on GPUs it has a build for:
     FlashAttention-2 (and its paged kernel) from Ampere on (its README: Ampere, Ada,
-    Hopper), FlashInfer from Turing on (SM75), Triton from Volta on (compute capability
-    7.0), TensorRT-LLM's fmha_v2, XQA and masked-MHA
+    Hopper), FlashInfer on NVIDIA GPUs from Turing on (SM75), Triton from Volta on
+    (compute capability 7.0), TensorRT-LLM's fmha_v2, XQA and masked-MHA
     kernels on NVIDIA GPUs from Ampere on (its supported-hardware page); elsewhere the
     error names the impl and a fix whose kernels do run there. All were predicted on a
     V100 and P100, and the TensorRT-LLM ones on AMD GPUs too."""
@@ -149,7 +149,8 @@ def test_a_named_kernel_family_runs_only_where_it_is_built(gpu: str) -> None:
     hw = pm.load_hardware(gpu)
     nvidia = hw.vendor == "nvidia"
     old = hw.arch in ("pascal", "volta", "turing")
-    runs = {"flash2": not old, "paged": not old, "flashinfer": hw.arch not in ("pascal", "volta"),
+    runs = {"flash2": not old, "paged": not old,
+            "flashinfer": nvidia and hw.arch not in ("pascal", "volta"),
             "fmha-v2": nvidia and not old, "xqa": nvidia and not old,
             "mmha": nvidia and not old, "mem-efficient": True, "triton": hw.arch != "pascal",
             "flash": True}

@@ -84,6 +84,11 @@ _TRTLLM_WHERE = "are TensorRT-LLM's, which runs on NVIDIA GPUs from Ampere on (i
                 "supported-hardware page)"
 _BUILT_FOR.update(dict.fromkeys(("fmha-v2", "xqa", "mmha"),
                                 (_TRTLLM_BUILDS, _TRTLLM_WHERE, _FLASH_HINT)))
+#: FlashInfer's kernels: NVIDIA GPUs from Turing (SM75) on (its README, flashinfer-ai/
+#: flashinfer); no ROCm or Intel build.
+_BUILT_FOR["flashinfer"] = (tuple(a for a in NVIDIA_ARCHS if a not in ("pascal", "volta")),
+                            "are built for NVIDIA GPUs from Turing (SM75) on (FlashInfer's "
+                            "README)", _FLASH_HINT)
 _FA2_FLOOR = (tuple(sorted(PRE_AMPERE_ARCHS)),
               "need Ampere or later (FlashAttention-2's CUDA build supports Ampere, Ada and "
               "Hopper GPUs: its README, Dao-AILab/flash-attention; Turing has "
@@ -93,8 +98,6 @@ _FA2_FLOOR = (tuple(sorted(PRE_AMPERE_ARCHS)),
 #: vendors' GPUs keep the family's model (ROCm builds of FlashAttention-2 exist).
 _NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str]] = {
     "flash2": _FA2_FLOOR, "paged": _FA2_FLOOR,
-    "flashinfer": (("pascal", "volta"), "need Turing or later (FlashInfer supports SM75 "
-                   "and later: its README, flashinfer-ai/flashinfer)"),
     "triton": (("pascal",), "need Volta or later (Triton compiles for compute capability "
                "7.0 and later: triton-lang/triton issue 161)"),
 }
