@@ -84,11 +84,14 @@ _TRTLLM_WHERE = "are TensorRT-LLM's, which runs on NVIDIA GPUs from Ampere on (i
                 "supported-hardware page)"
 _BUILT_FOR.update(dict.fromkeys(("fmha-v2", "xqa", "mmha"),
                                 (_TRTLLM_BUILDS, _TRTLLM_WHERE, _FLASH_HINT)))
-#: FlashInfer's kernels: NVIDIA GPUs from Turing (SM75) on (its README, flashinfer-ai/
-#: flashinfer); no ROCm or Intel build.
-_BUILT_FOR["flashinfer"] = (tuple(a for a in NVIDIA_ARCHS if a not in ("pascal", "volta")),
-                            "are built for NVIDIA GPUs from Turing (SM75) on (FlashInfer's "
-                            "README)", _FLASH_HINT)
+#: NVIDIA architectures from Turing (SM75) on: FlashInfer's kernels (its README,
+#: flashinfer-ai/flashinfer; no ROCm or Intel build).
+_FROM_TURING = tuple(a for a in NVIDIA_ARCHS if a not in ("pascal", "volta"))
+_BUILT_FOR["flashinfer"] = (_FROM_TURING, "are built for NVIDIA GPUs from Turing (SM75) on "
+                            "(FlashInfer's README)", _FLASH_HINT)
+#: Triton compiles for NVIDIA GPUs from compute capability 7.0 (and for AMD GPUs).
+_TRITON_FLOOR = "need Volta or later (Triton compiles for compute capability 7.0 and " \
+                "later: triton-lang/triton issue 161)"
 _FA2_FLOOR = (tuple(sorted(PRE_AMPERE_ARCHS)),
               "need Ampere or later (FlashAttention-2's CUDA build supports Ampere, Ada and "
               "Hopper GPUs: its README, Dao-AILab/flash-attention; Turing has "
@@ -98,8 +101,7 @@ _FA2_FLOOR = (tuple(sorted(PRE_AMPERE_ARCHS)),
 #: vendors' GPUs keep the family's model (ROCm builds of FlashAttention-2 exist).
 _NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str]] = {
     "flash2": _FA2_FLOOR, "paged": _FA2_FLOOR,
-    "triton": (("pascal",), "need Volta or later (Triton compiles for compute capability "
-               "7.0 and later: triton-lang/triton issue 161)"),
+    "triton": (("pascal",), _TRITON_FLOOR),
 }
 
 
@@ -117,17 +119,15 @@ _GEMM_BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
                 "warpgroup and tensor-memory MMA)", "use impl='cutlass' or 'auto'"),
     "cublas": (NVIDIA_ARCHS, "are NVIDIA's", _VENDOR_HINT),
     "cutlass": (NVIDIA_ARCHS, "are NVIDIA's", _VENDOR_HINT),
-    "flashinfer": (tuple(a for a in NVIDIA_ARCHS if a not in ("pascal", "volta")),
-                   "are FlashInfer's, built for NVIDIA GPUs from SM75 (its README)",
-                   "use impl='auto' (the vendor library)"),
+    "flashinfer": (_FROM_TURING, "are FlashInfer's, built for NVIDIA GPUs from SM75 (its "
+                   "README)", "use impl='auto' (the vendor library)"),
 }
 
 
 def _gemm_built_here(impl: str, arch: str) -> tuple[str, str] | None:
     """None where GEMM kernel family ``impl`` has a build for ``arch``; else (why, fix)."""
     if impl == "triton" and arch == "pascal":
-        return ("need Volta or later (Triton compiles for compute capability 7.0 and "
-                "later: triton-lang/triton issue 161)", "use impl='auto' (cuBLAS)")
+        return _TRITON_FLOOR, "use impl='auto' (cuBLAS)"
     built = _GEMM_BUILT_FOR.get(impl)
     if built is None or arch in built[0]:
         return None
