@@ -332,3 +332,38 @@ def test_fit_refuses_to_overwrite_the_spec_the_run_measured(
     assert code != 0
     assert "is the input file" in capsys.readouterr().err
     assert measured.read_text() == before
+
+
+@pytest.mark.parametrize(("gpu", "path", "dtype"), [
+    ("t4", "mem-efficient", "fp16"), ("v100-sxm2-32gb", "mem-efficient", "fp16"),
+    ("a100-80gb-sxm", "flash2", "bf16")])
+def test_the_cuda_suite_times_the_fused_kernel_the_gpu_has(gpu: str, path: str,
+                                                            dtype: str) -> None:
+    """Before Ampere PyTorch has no FlashAttention-2 backend (it needs SM80) and no bf16
+    tensor cores: the CUDA suite times its memory-efficient SDPA backend in fp16 there, and
+    its rows are predicted as that kernel (it asked for the FLASH_ATTENTION backend in
+    bf16, which cannot run on a T4 or V100, and labelled the rows flash2, refused there)."""
+    from perfmodel.calibrate.data import dataset_from_rows
+
+    hw = pm.load_hardware(gpu)
+    cases = design_suite("cuda", hw.compute.units, fill=20, arch=hw.arch)
+    fused = [c for c in cases if c.op == "attention" and not c.impl.startswith("math")]
+    assert fused
+    assert all(c.impl.startswith(path) for c in fused)
+    assert {c.dtype for c in cases} == {dtype}
+    rows = [c.as_row(measured_s=1e-3) for c in fused[:12]]
+    assert {r.static[3] for r in rows} == {path}  # the kernel path the rows are predicted on
+    predicted = dataset_from_rows(rows).predict(hw)
+    assert np.all(np.isfinite(predicted))
+    assert np.all(predicted > 0)
+
+
+def test_run_refuses_a_dtype_the_spec_has_no_peak_for(tmp_path: Path) -> None:
+    """``calibrate run --dtype bf16`` on a GPU whose spec has no bf16 peak stops before
+    measuring: its rows could not be predicted."""
+    from perfmodel.calibrate.run import run_suite
+
+    pytest.importorskip("torch")
+    with pytest.raises(PerfmodelError, match="no bf16 peak"):
+        run_suite("cpu", tmp_path / "m.csv", 5.0, gpu="v100-sxm2-32gb", dtypes=["bf16"],
+                  quiet=True)

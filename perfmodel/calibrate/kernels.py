@@ -73,6 +73,8 @@ def _attention(case: Case, dtype: Any, device: Any) -> Callable[[], Any]:
 
     if case.impl.startswith("flash2"):
         backend = SDPBackend.FLASH_ATTENTION
+    elif case.impl.startswith("mem-efficient"):
+        backend = SDPBackend.EFFICIENT_ATTENTION
     elif case.impl.startswith("math"):
         backend = SDPBackend.MATH
 

@@ -389,7 +389,12 @@ def run_suite(kind: DeviceKind, out: str | Path, budget_s: float = 300.0, *,
     done = done_cases(out) if resume else set()
 
     units = hw.compute.units
-    suite = design_suite(kind, units, dtypes)
+    if dtypes:
+        missing = [dt for dt in dtypes if dt not in hw.peaks]
+        if missing:  # measured rows the model could not predict: say so before measuring
+            raise PerfmodelError("--dtype", f"{hw.id} has no {', '.join(missing)} peak in "
+                                 "its spec", f"use one of {', '.join(hw.peaks)}")
+    suite = design_suite(kind, units, dtypes, arch=hw.arch)
     todo = [c for c in suite if c.id not in done]
     spent = time.monotonic() - t_start
     remaining = max(budget_s - spent, 0.0)

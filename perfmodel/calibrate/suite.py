@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from perfmodel.calibrate.data import Row, dataset_from_rows
+from perfmodel.engines import PRE_AMPERE_ARCHS
 from perfmodel.hardware.spec import HardwareSpec
 
 __all__ = ["Case", "DeviceKind", "design_suite", "estimate_seconds", "select_cases"]
@@ -40,6 +41,7 @@ DeviceKind = Literal["cuda", "cpu"]
 #: kernel_path: "flash2" -> FA2-class fused kernel, "math" -> unfused path).
 ATTN_IMPL = {
     "flash": "flash2 (torch sdpa FLASH_ATTENTION backend)",
+    "mem-efficient": "mem-efficient (torch sdpa EFFICIENT_ATTENTION backend)",
     "math": "math (torch sdpa MATH backend, unfused)",
     "cpu": "flash (torch sdpa, cpu fused kernel)",
 }
@@ -179,10 +181,20 @@ def gemm_cases(kind: DeviceKind, dtype: str, units: int) -> list[Case]:
     return out
 
 
-def attention_cases(kind: DeviceKind, dtype: str) -> list[Case]:
-    """Fused prefill (causal and not, GQA), decode with long KV caches, and the math path."""
+def fused_path(kind: DeviceKind, arch: str = "") -> str:
+    """The fused SDPA path the suite times: PyTorch's FlashAttention-2 backend on a CUDA GPU
+    from Ampere on, its memory-efficient backend before (FlashAttention-2 needs SM80), the
+    CPU's fused kernel on the CPU."""
+    if kind != "cuda":
+        return "cpu"
+    return "mem-efficient" if arch in PRE_AMPERE_ARCHS else "flash"
+
+
+def attention_cases(kind: DeviceKind, dtype: str, arch: str = "") -> list[Case]:
+    """Fused prefill (causal and not, GQA), decode with long KV caches, and the math path
+    (the fused path by :func:`fused_path`)."""
     out: list[Case] = []
-    fused = "flash" if kind == "cuda" else "cpu"
+    fused = fused_path(kind, arch)
     seqs: tuple[int, ...]
     if kind == "cuda":
         seqs = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -241,7 +253,8 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float, multiple: int =
     return int(max(multiple, round(value / multiple) * multiple))
 
 
-def fill_cases(kind: DeviceKind, dtype: str, count: int, seed: int = 0) -> list[list[Case]]:
+def fill_cases(kind: DeviceKind, dtype: str, count: int, seed: int = 0,
+               arch: str = "") -> list[list[Case]]:
     """Tier-3 cases: shapes drawn log-uniformly inside the designed ranges (a fixed seed,
     so the same budget gives the same suite). Returns [gemm, attention, stream] lists;
     these are what a larger budget buys: more shapes for the fit and its cross-validation."""
@@ -268,12 +281,12 @@ def fill_cases(kind: DeviceKind, dtype: str, count: int, seed: int = 0) -> list[
             ctx = _log_uniform(rng, 256, 131072 if cuda else 16384)
             b = int(rng.choice([1, 2, 4, 8, 16, 32, 64] if cuda else [1, 2, 4, 8]))
             attn.append(_a(b, heads, heads // group, 1, ctx, dd, dtype=dtype,
-                           path="flash" if cuda else "cpu", causal=False, tag="fill", tier=3))
+                           path=fused_path(kind, arch), causal=False, tag="fill", tier=3))
         else:
             s = _log_uniform(rng, 128, 8192 if cuda else 1536, 64)
             b = max(1, int((16384 if cuda else 1024) // s * rng.uniform(0.25, 1.0)))
-            path = "math" if rng.uniform() < 0.15 and s <= (2048 if cuda else 512) else (
-                "flash" if cuda else "cpu")
+            path = "math" if rng.uniform() < 0.15 and s <= (2048 if cuda else 512) else \
+                fused_path(kind, arch)
             attn.append(_a(b, heads, heads // group if path != "math" else heads, s, s, dd,
                            dtype=dtype, path=path, causal=bool(rng.uniform() < 0.5),
                            tag="fill", tier=3))
@@ -293,19 +306,22 @@ def fill_cases(kind: DeviceKind, dtype: str, count: int, seed: int = 0) -> list[
 
 
 def design_suite(kind: DeviceKind, units: int, dtypes: Sequence[str] | None = None,
-                 fill: int = 300) -> list[Case]:
+                 fill: int = 300, arch: str = "") -> list[Case]:
     """Every case of the suite for a device, in priority order: tier by tier, families
     interleaved round-robin inside a tier (so a truncated run still spans them all);
-    ``fill`` log-uniform cases per family come last (tier 3)."""
+    ``fill`` log-uniform cases per family come last (tier 3). ``arch`` (the spec's) picks
+    the fused attention path (:func:`fused_path`) and, before Ampere, the default dtype
+    (fp16: no bf16 tensor cores)."""
     if dtypes is None:
-        dtypes = ("bf16",) if kind == "cuda" else ("fp32",)
+        dtypes = ("fp32",) if kind != "cuda" else (
+            "fp16",) if arch in PRE_AMPERE_ARCHS else ("bf16",)
     families: list[list[Case]] = []
     for i, dt in enumerate(dtypes):
         families.append(gemm_cases(kind, dt, units))
-        families.append(attention_cases(kind, dt) if i == 0 else [])
+        families.append(attention_cases(kind, dt, arch) if i == 0 else [])
         families.append(stream_cases(kind, dt) if i == 0 else [])
     if fill > 0:
-        extra = fill_cases(kind, dtypes[0], fill)
+        extra = fill_cases(kind, dtypes[0], fill, arch=arch)
         for j, lst in enumerate(extra):
             families[j] = families[j] + lst
     ordered: list[Case] = []
