@@ -94,6 +94,10 @@ BAD_SPECS: list[tuple[str, str | Callable[[], str], tuple[str, ...]]] = [
     ("units-many", lambda: _spec(compute__units="many"),
      ("compute.units", "valid integer", "'many'")),
     ("vendor-unknown", lambda: _spec(vendor="acme"), ("vendor", "'acme'")),
+    # the engine floors and kernel builds follow arch: an AMD spec with a Hopper arch got
+    # NVIDIA's engines and kernels
+    ("arch-of-another-vendor", lambda: _spec(vendor="amd"),
+     ("arch", "'hopper' is not an architecture of vendor 'amd'", "cdna3")),
     ("l2-partitions-zero", lambda: _spec(memory__l2_partitions=0),
      ("memory.l2_partitions", "greater than or equal to 1")),
     ("l2-partitions-fraction", lambda: _spec(memory__l2_partitions=1.5),

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from perfmodel._errors import PerfmodelError, UnitError
 from perfmodel._units import Kind, parse_quantity
 from perfmodel.dtypes import DTYPES, DType, bytes_per_element, normalize_dtype
+from perfmodel.engines import NVIDIA_ARCHS
 
 __all__ = [
     "PEAK_TOLERANCE",
@@ -41,6 +42,13 @@ Arch = Literal[
     "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-consumer",
     "cdna1", "cdna2", "cdna3", "cdna4", "xe2", "cpu",
 ]
+#: The architectures of each vendor (a spec's ``arch`` must be one of its ``vendor``'s).
+VENDOR_ARCHS: dict[str, tuple[str, ...]] = {
+    "nvidia": NVIDIA_ARCHS,
+    "amd": ("cdna1", "cdna2", "cdna3", "cdna4"),
+    "intel": ("xe2",),
+    "cpu": ("cpu",),
+}
 ExecUnit = Literal["tensor", "vector"]
 
 #: Tolerance for the cross-check peak ≈ units × clock × FLOPs/clock/unit.
@@ -335,6 +343,11 @@ class HardwareSpec(_Frozen):
         problems: list[str] = []
         if not self.peaks:
             problems.append("peaks: at least one dtype peak is required")
+        archs = VENDOR_ARCHS.get(self.vendor)
+        if archs is not None and self.arch not in archs:
+            problems.append(f"arch: {self.arch!r} is not an architecture of vendor "
+                            f"{self.vendor!r} (the engines' and kernels' choices follow it); "
+                            f"use one of {', '.join(archs)}, or fix vendor")
         for dt, pk in self.peaks.items():
             full = pk.full_rate_flops_per_clock_per_unit
             if full is not None and pk.unit != "tensor":
