@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 import re
 import weakref
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -42,13 +44,14 @@ Arch = Literal[
     "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell-consumer",
     "cdna1", "cdna2", "cdna3", "cdna4", "xe2", "cpu",
 ]
-#: The architectures of each vendor (a spec's ``arch`` must be one of its ``vendor``'s).
-VENDOR_ARCHS: dict[str, tuple[str, ...]] = {
+#: The architectures of each vendor (a spec's ``arch`` must be one of its ``vendor``'s);
+#: read-only.
+VENDOR_ARCHS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "nvidia": NVIDIA_ARCHS,
     "amd": ("cdna1", "cdna2", "cdna3", "cdna4"),
     "intel": ("xe2",),
     "cpu": ("cpu",),
-}
+})
 ExecUnit = Literal["tensor", "vector"]
 
 #: Tolerance for the cross-check peak ≈ units × clock × FLOPs/clock/unit.
