@@ -255,18 +255,22 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
         if blackwell:
             return AttentionChoice("trtllm-gen", source=_AIC)
         if arch == "hopper":
-            return AttentionChoice("flash4" if head_dim >= 512 else "flash3", source=_AIC)
-        if arch in ("ampere", "ada", "blackwell-consumer") and kv_dtype == "fp8":
-            # FA2 takes no fp8 cache (AIConfigurator measured Ada's choice)
-            return AttentionChoice("flashinfer", source=_AIC if arch == "ada" else _VLLM_FP8_KV)
+            return AttentionChoice("flash4" if head_dim > _FA_MAX_HEAD_DIM else "flash3",
+                                   source=_AIC)
         if arch in PRE_AMPERE_ARCHS:
             return AttentionChoice("triton", source=_VLLM_PRE_AMPERE)
+        if kv_dtype == "fp8":
+            # FA2 takes no fp8 cache (AIConfigurator measured Ada's choice)
+            return AttentionChoice("flashinfer", source=_AIC if arch == "ada" else _VLLM_FP8_KV)
+        if head_dim > _FA_MAX_HEAD_DIM:  # FA2 has no kernel for it: FlashInfer is next
+            return AttentionChoice("flashinfer", source=_VLLM_WIDE_HEADS)
         return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
     # sglang
     if blackwell:
         return AttentionChoice("trtllm-gen", source=_AIC)
     if arch == "hopper":
-        return AttentionChoice("triton" if head_dim >= 512 else "flash3", source=_AIC)
+        return AttentionChoice("triton" if head_dim > _FA_MAX_HEAD_DIM else "flash3",
+                               source=_AIC)
     if arch == "ada":
         return AttentionChoice("flashinfer", source=_AIC,
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
@@ -275,6 +279,8 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
     if arch in PRE_AMPERE_ARCHS:
         return AttentionChoice("triton", source=_SGLANG_PRE_AMPERE)
+    if head_dim > _FA_MAX_HEAD_DIM:  # as on Hopper: no FA3 kernel for it, Triton
+        return AttentionChoice("triton", source=_SGLANG_WIDE_HEADS)
     # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
     # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
     return AttentionChoice("flash3", source=_AIC + "; sgl-kernel's FlashAttention-3, SM8x build")
@@ -306,6 +312,18 @@ _VLLM_PRE_AMPERE = "vLLM on Turing: its Triton attention backend (vllm-project/v
 #: table, sgl-project/sglang issue 5064; sgl-kernel's FA3 needs SM80).
 _SGLANG_PRE_AMPERE = "SGLang on Turing: its Triton attention backend " \
                      "(sgl-project/sglang issue 5064: sm75 -> Triton)"
+
+#: Widest head FlashAttention-2 and -3 have kernels for (FA2's README: "All head dimensions
+#: up to 256"; FA3's instantiations stop at 256 too). Wider heads (Gemma-4's 512) go to the
+#: engine's next backend: FA4 in vLLM and Triton in SGLang on Hopper (AIConfigurator's
+#: H100 rows), FlashInfer in vLLM where its flash backend is FA2 (next in its backend
+#: order; FlashInfer has 512-wide kernels: AIConfigurator's L40S SGLang rows), Triton in
+#: SGLang on Ampere as on Hopper.
+_FA_MAX_HEAD_DIM = 256.0
+_VLLM_WIDE_HEADS = "vLLM, head dim over 256 where its flash backend is FA2: FlashInfer " \
+                   "(FA2 has no kernel for it)"
+_SGLANG_WIDE_HEADS = "SGLang, head dim over 256 on Ampere: Triton (sgl-kernel's FA3 has " \
+                     "none; its choice on Hopper, AIConfigurator's H100 rows)"
 
 #: NVIDIA architectures below compute capability 7.5 (Pascal, Volta).
 _BEFORE_TURING = frozenset({"pascal", "volta"})

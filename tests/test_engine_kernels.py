@@ -1157,6 +1157,35 @@ def test_engines_before_ampere(gpu: str) -> None:
     assert engine_runs_on("vllm", "cdna3")
 
 
+@pytest.mark.parametrize("arch", ["ampere", "ada", "blackwell-consumer", "hopper"])
+def test_heads_wider_than_flashattention_supports_go_to_the_engines_next_backend(
+        arch: str) -> None:
+    """FlashAttention-2 and -3 have kernels for head dims up to 256: wider heads (512)
+    take the engine's next backend, FA4 in vLLM and Triton in SGLang on Hopper (as
+    AIConfigurator's H100 rows show), FlashInfer in vLLM where its flash backend is FA2,
+    Triton in SGLang on Ampere; head dims up to 256 keep FlashAttention (before, a 512-wide
+    head ran FA2 or FA3's SM8x kernel off Hopper, which have none)."""
+    for phase in ("prefill", "decode"):
+        narrow = {e: attention_kernel(e, arch, phase, head_dim=256.0, group=4.0).impl
+                  for e in ("vllm", "sglang")}
+        wide = {e: attention_kernel(e, arch, phase, head_dim=512.0, group=4.0).impl
+                for e in ("vllm", "sglang")}
+        if arch == "hopper":
+            assert narrow == {"vllm": "flash3", "sglang": "flash3"}
+            assert wide == {"vllm": "flash4", "sglang": "triton"}
+        else:
+            assert narrow["vllm"] == "flash2"
+            assert wide["vllm"] == "flashinfer"
+            assert wide["sglang"] == ("triton" if arch == "ampere" else "flashinfer")
+    cfg = pm.load_model("llama-3.1-8b").model_copy(update={"head_dim": 512})
+    gpu = {"ampere": "a100-80gb-sxm", "ada": "l40s", "blackwell-consumer": "rtx-5090",
+           "hopper": "h100-sxm"}[arch]
+    p = pm.predict_model(cfg, gpu, phase="decode", batch=4, context_len=2048, engine="vllm")
+    assert 0.0 < p.latency_s < 1.0
+    expected = "flash4" if arch == "hopper" else "flashinfer"
+    assert any(a.startswith(f"vllm: decode attention runs {expected} ") for a in p.assumptions)
+
+
 @pytest.mark.parametrize("arch", ["ampere", "ada", "blackwell-consumer"])
 def test_vllm_runs_flashinfer_over_an_fp8_cache_where_its_flash_backend_is_fa2(arch: str) -> None:
     """vLLM's FlashAttention-2 backend takes no fp8 KV cache (FA3 does): over one it runs
