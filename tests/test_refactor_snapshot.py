@@ -4,12 +4,15 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when FlashInfer attention stopped running on other vendors' GPUs (36 op and 3
-vectorised MI300X records now raise; no value moved); before that when GEMM kernel families
-began to run only where they are built (cuBLAS and CUTLASS GEMMs on the MI300X and Arc Pro
-B60: 171 op and 12 vectorised records that predicted now raise; no value moved); before that
-when a call in an engine's context on a GPU the engine does not run on became an error
-(TensorRT-LLM's "eager-trtllm" context on the MI300X and Arc Pro B60: 288 op and 52
+last retaken when the native fused attention (``flash``) began to be PyTorch's
+memory-efficient kernel for heads wider than 256 where it is FlashAttention-2 or -3 (two
+head-dim-512 cases on the H100, L4 and MI300X: 22 op records, 0.76-5.4x; nothing else
+moved); before that when FlashInfer attention stopped running on other vendors' GPUs (36 op
+and 3 vectorised MI300X records now raise; no value moved); before that when GEMM kernel
+families began to run only where they are built (cuBLAS and CUTLASS GEMMs on the MI300X and
+Arc Pro B60: 171 op and 12 vectorised records that predicted now raise; no value moved);
+before that when a call in an engine's context on a GPU the engine does not run on became an
+error (TensorRT-LLM's "eager-trtllm" context on the MI300X and Arc Pro B60: 288 op and 52
 vectorised records that predicted now raise, the others raise the engine's error first; no
 value moved); before that when TensorRT-LLM's kernel families (fmha-v2, XQA, masked MHA)
 stopped running on other vendors' GPUs (12 records of two cases on the MI300X and Arc Pro

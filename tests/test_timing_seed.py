@@ -197,3 +197,29 @@ def test_a_named_gemm_family_runs_only_where_it_is_built(gpu: str) -> None:
         named = [k for k in runs if f"'{k}'" in info.value.fix]
         assert named, info.value.fix
         assert all(runs[k] for k in named), (impl, info.value.fix)
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "l40s", "h100-sxm", "b200"])
+def test_the_native_kernel_for_heads_wider_than_flashattention_has(gpu: str) -> None:
+    """``flash`` is the architecture's native fused kernel; where that is FlashAttention-2
+    or -3, whose kernels stop at head dim 256, a wider head runs PyTorch's memory-efficient
+    kernel (as its SDPA dispatch does), on Blackwell FA4's kernel still; a call mixing the
+    two widths is an error that says why (they ran FA2/FA3 at head dim 512)."""
+    hw = pm.load_hardware(gpu)
+    native = {"ampere": "flash2", "ada": "flash2", "hopper": "flash3",
+              "blackwell": "flash4"}[hw.arch]
+
+    def impl(head_dim: float, value_dim: float | None = None) -> str:
+        op = pm.Attention(batch=2, heads=16, kv_heads=4, seq_q=1024, seq_kv=1024,
+                          head_dim=head_dim, value_dim=value_dim, causal=True, dtype="fp16")
+        return str(pm.predict(op, hw).details["impl"])
+
+    assert impl(256) == native
+    wide = native if native == "flash4" else "mem-efficient"
+    assert impl(512) == wide
+    assert impl(128, value_dim=512) == wide  # the value head counts too
+    if wide != native:
+        with pytest.raises(PerfmodelError) as info:
+            impl(np.array([128.0, 512.0]))  # type: ignore[arg-type]
+        assert info.value.field == "head_dim"
+        assert "separate calls" in info.value.fix

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.ops.attention import (
@@ -98,13 +99,39 @@ _MMA_ROWS = 16.0
 _SHAPE = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "value_dim")
 
 
+#: Widest head FlashAttention-2 and -3 have kernels for (FA2's README: "All head dimensions
+#: up to 256"); PyTorch's SDPA takes its memory-efficient kernel for wider heads.
+FA_MAX_HEAD_DIM = 256.0
+
+
+def _wide_heads(op: Attention) -> bool:
+    """Whether every row's head (query/key or value) is wider than :data:`FA_MAX_HEAD_DIM`;
+    a call mixing such rows with narrower ones is an error (they run different kernels)."""
+    hd, vd = op.head_dim, op.value_dim
+    if type(hd) is float and type(vd) is float:
+        return max(hd, vd) > FA_MAX_HEAD_DIM
+    wide = np.maximum(np.asarray(hd), np.asarray(vd)) > FA_MAX_HEAD_DIM
+    if wide.all():
+        return True
+    if wide.any():
+        raise PerfmodelError("head_dim", "one call mixes heads up to and over 256 wide under "
+                             "impl='flash' (FlashAttention for the first, PyTorch's "
+                             "memory-efficient kernel for the others)",
+                             "predict them in separate calls, or name the kernel (impl=...)")
+    return False
+
+
 def resolve_impl(op: Attention, k: Knobs) -> str:
-    """The concrete kernel family: ``flash`` becomes the family native to the architecture,
-    and a family built as another one on this architecture becomes that one
-    (``AttentionFamily.built_as``: TensorRT-LLM's ``fmha-v2`` on Hopper is
-    ``fmha-v2-sm90``)."""
+    """The concrete kernel family: ``flash`` becomes the family native to the architecture
+    (PyTorch's memory-efficient kernel where that is FlashAttention-2 or -3 and a head is
+    wider than their :data:`FA_MAX_HEAD_DIM`, as PyTorch's SDPA chooses), and a family built
+    as another one on this architecture becomes that one (``AttentionFamily.built_as``:
+    TensorRT-LLM's ``fmha-v2`` on Hopper is ``fmha-v2-sm90``)."""
     if op.impl == "flash":
-        return k.family.flash_impl
+        native = k.family.flash_impl
+        if native in ("flash2", "flash3") and _wide_heads(op):
+            return "mem-efficient"
+        return native
     fam = ATTENTION_FAMILIES.get(op.impl)
     if fam is not None:
         for arch, other in fam.built_as:
