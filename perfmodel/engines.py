@@ -24,6 +24,7 @@ from perfmodel._errors import PerfmodelError
 
 __all__ = [
     "ENGINES",
+    "FA_MAX_HEAD_DIM",
     "NVIDIA_ARCHS",
     "PRE_AMPERE_ARCHS",
     "REQUEST_OVERHEAD_S",
@@ -255,21 +256,21 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
         if blackwell:
             return AttentionChoice("trtllm-gen", source=_AIC)
         if arch == "hopper":
-            return AttentionChoice("flash4" if head_dim > _FA_MAX_HEAD_DIM else "flash3",
+            return AttentionChoice("flash4" if head_dim > FA_MAX_HEAD_DIM else "flash3",
                                    source=_AIC)
         if arch in PRE_AMPERE_ARCHS:
             return AttentionChoice("triton", source=_VLLM_PRE_AMPERE)
         if kv_dtype == "fp8":
             # FA2 takes no fp8 cache (AIConfigurator measured Ada's choice)
             return AttentionChoice("flashinfer", source=_AIC if arch == "ada" else _VLLM_FP8_KV)
-        if head_dim > _FA_MAX_HEAD_DIM:  # FA2 has no kernel for it: FlashInfer is next
+        if head_dim > FA_MAX_HEAD_DIM:  # FA2 has no kernel for it: FlashInfer is next
             return AttentionChoice("flashinfer", source=_VLLM_WIDE_HEADS)
         return AttentionChoice("flash2", source=_AIC, num_splits=_VARLEN_SPLITS)
     # sglang
     if blackwell:
         return AttentionChoice("trtllm-gen", source=_AIC)
     if arch == "hopper":
-        return AttentionChoice("triton" if head_dim > _FA_MAX_HEAD_DIM else "flash3",
+        return AttentionChoice("triton" if head_dim > FA_MAX_HEAD_DIM else "flash3",
                                source=_AIC)
     if arch == "ada":
         return AttentionChoice("flashinfer", source=_AIC,
@@ -279,7 +280,7 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
     if arch in PRE_AMPERE_ARCHS:
         return AttentionChoice("triton", source=_SGLANG_PRE_AMPERE)
-    if head_dim > _FA_MAX_HEAD_DIM:  # as on Hopper: no FA3 kernel for it, Triton
+    if head_dim > FA_MAX_HEAD_DIM:  # as on Hopper: no FA3 kernel for it, Triton
         return AttentionChoice("triton", source=_SGLANG_WIDE_HEADS)
     # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
     # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
@@ -318,8 +319,9 @@ _SGLANG_PRE_AMPERE = "SGLang on Turing: its Triton attention backend " \
 #: engine's next backend: FA4 in vLLM and Triton in SGLang on Hopper (AIConfigurator's
 #: H100 rows), FlashInfer in vLLM where its flash backend is FA2 (next in its backend
 #: order; FlashInfer has 512-wide kernels: AIConfigurator's L40S SGLang rows), Triton in
-#: SGLang on Ampere as on Hopper.
-_FA_MAX_HEAD_DIM = 256.0
+#: SGLang on Ampere as on Hopper; the engine-neutral ``flash`` takes PyTorch's
+#: memory-efficient kernel for them (perfmodel.timing.attention.resolve_impl).
+FA_MAX_HEAD_DIM = 256.0
 _VLLM_WIDE_HEADS = "vLLM, head dim over 256 where its flash backend is FA2: FlashInfer " \
                    "(FA2 has no kernel for it)"
 _SGLANG_WIDE_HEADS = "SGLang, head dim over 256 on Ampere: Triton (sgl-kernel's FA3 has " \

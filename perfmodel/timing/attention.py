@@ -67,6 +67,7 @@ import numpy as np
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
+from perfmodel.engines import FA_MAX_HEAD_DIM
 from perfmodel.ops.attention import (
     Attention,
     computed_pairs,
@@ -99,14 +100,12 @@ _MMA_ROWS = 16.0
 _SHAPE = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "value_dim")
 
 
-#: Widest head FlashAttention-2 and -3 have kernels for (FA2's README: "All head dimensions
-#: up to 256"); PyTorch's SDPA takes its memory-efficient kernel for wider heads.
-FA_MAX_HEAD_DIM = 256.0
 
 
 def _wide_heads(op: Attention) -> bool:
-    """Whether every row's head (query/key or value) is wider than :data:`FA_MAX_HEAD_DIM`;
-    a call mixing such rows with narrower ones is an error (they run different kernels)."""
+    """Whether every row's head (query/key or value) is wider than FlashAttention-2/3's
+    widest (:data:`perfmodel.engines.FA_MAX_HEAD_DIM`); a call mixing such rows with
+    narrower ones is an error (they run different kernels)."""
     hd, vd = op.head_dim, op.value_dim
     if type(hd) is float and type(vd) is float:
         return max(hd, vd) > FA_MAX_HEAD_DIM
