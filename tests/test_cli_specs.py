@@ -251,6 +251,9 @@ def test_specs_show_says_which_engines_run_and_with_what(
         attention_kernel("vllm", "ada", "decode", kv_dtype="fp8", group=4.0).impl == "flashinfer"
     assert engines["vllm"]["gemm"]["block"] == "triton"
     assert "nvfp4" not in engines["vllm"]["gemm"]  # no fp4 peak on Ada
+    assert main(["specs", "show", "mi210"]) == 0
+    amd_text = capsys.readouterr().out
+    assert "vllm    attention: prefill flash (native: flash2)" in amd_text
     assert main(["specs", "show", "mi210", "--json"]) == 0
     amd = json.loads(capsys.readouterr().out)["engines"]
     assert not amd["sglang"]["runs"]

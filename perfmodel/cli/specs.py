@@ -340,10 +340,17 @@ def _engine_lines(hw: HardwareSpec) -> list[str]:
         if not info["runs"]:
             lines.append(f"  {engine:<7} does not run here: {info['why']}")
             continue
-        attn = ", ".join(f"{k} {v}" for k, v in info["attention"].items())
+        attn = ", ".join(f"{k} {_native(v, hw.arch)}" for k, v in info["attention"].items())
         gemm = ", ".join(f"{'bf16' if k == 'none' else k} {v}" for k, v in info["gemm"].items())
         lines.append(f"  {engine:<7} attention: {attn}; GEMM: {gemm}")
     return lines
+
+
+def _native(impl: str, arch: str) -> str:
+    """``flash`` (the architecture's native fused kernel) with the family it is there."""
+    from perfmodel.timing.family import family_params
+
+    return f"flash (native: {family_params(arch).flash_impl})" if impl == "flash" else impl
 
 
 def _constant_value(value: float, unit: str) -> str:
