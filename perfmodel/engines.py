@@ -23,6 +23,7 @@ from typing import Any
 from perfmodel._errors import PerfmodelError
 
 __all__ = [
+    "BEFORE_TURING_ARCHS",
     "ENGINES",
     "FA_MAX_HEAD_DIM",
     "NVIDIA_ARCHS",
@@ -132,6 +133,9 @@ NVIDIA_ARCHS: tuple[str, ...] = ("pascal", "volta", "turing", "ampere", "ada", "
 #: NVIDIA architectures before Ampere (SM80): no FlashAttention-2/3 build; the engines
 #: that run there (vLLM, SGLang on Turing) take Triton.
 PRE_AMPERE_ARCHS: frozenset[str] = frozenset({"pascal", "volta", "turing"})
+#: NVIDIA architectures below compute capability 7.5 (Pascal, Volta): no vLLM, SGLang or
+#: FlashInfer build.
+BEFORE_TURING_ARCHS: frozenset[str] = frozenset({"pascal", "volta"})
 #: Where TensorRT-LLM's hardware floor comes from: its supported-hardware page lists
 #: Blackwell, Hopper, Ada Lovelace and Ampere GPUs, and its kernels (XQA, trtllm-gen, the
 #: fmha_v2 flash kernels it ships) are built for SM80 and later.
@@ -327,8 +331,6 @@ _VLLM_WIDE_HEADS = "vLLM, head dim over 256 where its flash backend is FA2: Flas
 _SGLANG_WIDE_HEADS = "SGLang, head dim over 256 on Ampere: Triton (sgl-kernel's FA3 has " \
                      "none; its choice on Hopper, AIConfigurator's H100 rows)"
 
-#: NVIDIA architectures below compute capability 7.5 (Pascal, Volta).
-_BEFORE_TURING = frozenset({"pascal", "volta"})
 #: Where each engine does not run: (engine, architectures, what the error says, its
 #: source). TensorRT-LLM: Ampere and later (and NVIDIA only, :func:`_not_built`). vLLM:
 #: "compute capability 7.5 or higher" on its GPU installation page from v0.21 (7.0
@@ -341,12 +343,12 @@ _BEFORE_TURING = frozenset({"pascal", "volta"})
 _ENGINE_FLOORS: tuple[tuple[str, frozenset[str], str, str], ...] = (
     ("trtllm", PRE_AMPERE_ARCHS, "TensorRT-LLM runs on NVIDIA GPUs from Ampere on",
      _TRTLLM_HARDWARE),
-    ("vllm", _BEFORE_TURING, "vLLM runs on NVIDIA GPUs from Turing (compute capability "
+    ("vllm", BEFORE_TURING_ARCHS, "vLLM runs on NVIDIA GPUs from Turing (compute capability "
      "7.5) on", "its GPU installation page from v0.21: 'compute capability 7.5 or higher'"),
     ("vllm", frozenset({"cdna1"}), "vLLM's ROCm build runs on MI200 (gfx90a), MI300 "
      "(gfx942) and MI350 (gfx950) Instinct GPUs, not MI100 (gfx908)",
      "its GPU installation page"),
-    ("sglang", _BEFORE_TURING, "SGLang runs on NVIDIA GPUs from Turing (SM75) on",
+    ("sglang", BEFORE_TURING_ARCHS, "SGLang runs on NVIDIA GPUs from Turing (SM75) on",
      "its model runner: 'SGLang only supports sm75 and above'"),
     ("sglang", frozenset({"cdna1", "cdna2"}), "SGLang's ROCm build runs on gfx942 "
      "(MI300X, MI325X) and gfx950 (MI355X) only", "sgl-kernel/setup_rocm.py: "

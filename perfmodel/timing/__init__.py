@@ -17,6 +17,7 @@ import numpy as np
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.engines import (
+    BEFORE_TURING_ARCHS,
     ENGINES,
     NVIDIA_ARCHS,
     PRE_AMPERE_ARCHS,
@@ -86,7 +87,7 @@ _BUILT_FOR.update(dict.fromkeys(("fmha-v2", "xqa", "mmha"),
                                 (_TRTLLM_BUILDS, _TRTLLM_WHERE, _FLASH_HINT)))
 #: NVIDIA architectures from Turing (SM75) on: FlashInfer's kernels (its README,
 #: flashinfer-ai/flashinfer; no ROCm or Intel build).
-_FROM_TURING = tuple(a for a in NVIDIA_ARCHS if a not in ("pascal", "volta"))
+_FROM_TURING = tuple(a for a in NVIDIA_ARCHS if a not in BEFORE_TURING_ARCHS)
 _BUILT_FOR["flashinfer"] = (_FROM_TURING, "are built for NVIDIA GPUs from Turing (SM75) on "
                             "(FlashInfer's README)", _FLASH_HINT)
 #: Triton compiles for NVIDIA GPUs from compute capability 7.0 (and for AMD GPUs).
@@ -107,6 +108,7 @@ _NOT_BUILT_FOR: dict[str, tuple[tuple[str, ...], str]] = {
 
 _SM90_SM100 = ("hopper", "blackwell")
 _VENDOR_HINT = "use impl='auto' (the vendor library) or 'triton'"
+_PASCAL_GEMM_HINT = "use impl='auto' (cuBLAS)"
 #: GEMM kernel families built for some architectures only: (architectures, how the error
 #: says it, the fix). DeepGEMM and the CuTe-DSL kernels the engines run are SM90/SM100
 #: designs (warpgroup and tensor-memory MMA; on SM120 the engines take CUTLASS instead,
@@ -127,11 +129,11 @@ _GEMM_BUILT_FOR: dict[str, tuple[tuple[str, ...], str, str]] = {
 def _gemm_built_here(impl: str, arch: str) -> tuple[str, str] | None:
     """None where GEMM kernel family ``impl`` has a build for ``arch``; else (why, fix)."""
     if impl == "triton" and arch == "pascal":
-        return _TRITON_FLOOR, "use impl='auto' (cuBLAS)"
+        return _TRITON_FLOOR, _PASCAL_GEMM_HINT
     built = _GEMM_BUILT_FOR.get(impl)
     if built is None or arch in built[0]:
         return None
-    fix = "use impl='auto' (cuBLAS)" if arch == "pascal" else \
+    fix = _PASCAL_GEMM_HINT if arch == "pascal" else \
         built[2] if arch in NVIDIA_ARCHS else _VENDOR_HINT
     return built[1], fix
 
