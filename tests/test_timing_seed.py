@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -134,6 +136,18 @@ def test_flash3_on_a_pre_ampere_gpu_names_the_impl() -> None:
     assert pm.predict(op, "a100-80gb-sxm").latency_s > 0
 
 
+def _assert_refused(op: Any, hw: pm.HardwareSpec, impl: str, runs: dict[str, bool]) -> None:
+    """``op`` (kernel family ``impl``) is refused on ``hw`` with an error naming the impl,
+    whose fix names only kernel families that run there (``runs``)."""
+    with pytest.raises(PerfmodelError) as info:
+        pm.predict(op, hw)
+    assert info.value.field == "impl"
+    assert impl in str(info.value)
+    named = [k for k in runs if f"'{k}'" in info.value.fix]
+    assert named, info.value.fix
+    assert all(runs[k] for k in named), (impl, info.value.fix)
+
+
 @pytest.mark.parametrize("gpu", ["p100-pcie-16gb", "v100-sxm2-32gb", "t4", "a100-80gb-sxm",
                                  "mi300x"])
 def test_a_named_kernel_family_runs_only_where_it_is_built(gpu: str) -> None:
@@ -161,14 +175,7 @@ def test_a_named_kernel_family_runs_only_where_it_is_built(gpu: str) -> None:
         if expected:
             assert pm.predict(op, hw).latency_s > 0, impl
             continue
-        with pytest.raises(PerfmodelError) as info:
-            pm.predict(op, hw)
-        assert info.value.field == "impl"
-        assert impl in str(info.value)
-        # the fix names only kernels that run here
-        named = [k for k in runs if f"'{k}'" in info.value.fix]
-        assert named, info.value.fix
-        assert all(runs[k] for k in named), (impl, info.value.fix)
+        _assert_refused(op, hw, impl, runs)
 
 
 @pytest.mark.parametrize("gpu", ["p100-pcie-16gb", "l40s", "h100-sxm", "b200", "rtx-5090",
@@ -190,13 +197,7 @@ def test_a_named_gemm_family_runs_only_where_it_is_built(gpu: str) -> None:
         if expected:
             assert pm.predict(op, hw).latency_s > 0, impl
             continue
-        with pytest.raises(PerfmodelError) as info:
-            pm.predict(op, hw)
-        assert info.value.field == "impl"
-        assert impl in str(info.value)
-        named = [k for k in runs if f"'{k}'" in info.value.fix]
-        assert named, info.value.fix
-        assert all(runs[k] for k in named), (impl, info.value.fix)
+        _assert_refused(op, hw, impl, runs)
 
 
 @pytest.mark.parametrize("gpu", ["a100-80gb-sxm", "l40s", "h100-sxm", "b200"])
