@@ -5,8 +5,9 @@ and fusions. This module maps (engine, architecture, op, phase, dtypes) to the k
 family an op should name (``impl``) and to what one engine call contains (activation
 quantization before a quantized GEMM; the pre-processing kernel before attention). The
 choices follow the kernels NVIDIA AIConfigurator's collectors recorded for each engine
-(``ks=`` labels in its database; the table in ``perfmodel/data/measurements/aic_README.md``)
-and the engines' documentation; each choice names its source.
+(``ks=`` labels in its database; "Kernels per GPU" in ``perfmodel/data/measurements/README.md``,
+beside a cited subset of its rows) and the engines' documentation; each choice names its
+source.
 
 Where a measurement row records the kernel the engine dispatched (``kernel`` column),
 :func:`attention_kernel_for_label` / :func:`gemm_kernel_for_label` map that label; for a

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from perfmodel.data import bundled_measurements
+from perfmodel.data._subset import AIC_FILE
 from perfmodel.measurements import Measurement, MeasurementSet, read_measurements
 from perfmodel.validation import GroupResult, ValidationReport, error_stats, validate
 
@@ -88,6 +89,18 @@ def test_targets_on_the_public_measurements() -> None:
 
 
 def test_medians_on_the_bundled_subset() -> None:
-    report = _report(bundled_measurements())
+    report = _report([p for p in bundled_measurements() if p.name != AIC_FILE])
     assert report.overall.n > 2000
     _check(report, p90=False)
+
+
+def test_engine_kernels_on_the_bundled_subset() -> None:
+    """The engine-kernel issue's target for all rows together (median APE ≤ 10 %) on the
+    bundled AIConfigurator subset: a fresh install sees the picture the full tables give.
+    Its per-group targets need ≥ 300 rows a group (the subset keeps 16) and its p90 is
+    not checked here: the subset keeps each group's smallest and largest shapes, the
+    tails, in a sixteenth of the rows."""
+    report = _report([p for p in bundled_measurements() if p.name == AIC_FILE])
+    assert report.overall.n > 2000
+    assert {r.source.split("_")[1] for r in report.rows} >= {"trtllm", "vllm", "sglang", "nccl"}
+    assert report.overall.median_ape <= 0.10, f"median {report.overall.median_ape:.1%}"

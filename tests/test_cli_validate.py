@@ -34,8 +34,8 @@ def _bundled_rows() -> list[dict[str, str]]:
 def test_bundled_files_exist_with_the_schema_and_a_readme() -> None:
     paths = bundled_measurements()
     assert {p.name for p in paths} == {
-        "llmcompass_gemm.csv", "neusight_fp32_gemm.csv", "vidur_attention_a100.csv",
-        "vidur_gemm.csv", "xla_matmul_perf_table.csv"}
+        "aic_engine_kernels.csv", "llmcompass_gemm.csv", "neusight_fp32_gemm.csv",
+        "vidur_attention_a100.csv", "vidur_gemm.csv", "xla_matmul_perf_table.csv"}
     for path in paths:
         with path.open(newline="", encoding="utf-8") as fh:
             assert next(csv.reader(fh)) == list(BASE_COLUMNS)
@@ -49,21 +49,35 @@ def test_bundled_files_exist_with_the_schema_and_a_readme() -> None:
 
 
 def test_bundled_groups_are_small() -> None:
+    from perfmodel.data._subset import AIC_PER_GROUP
+
     counts: dict[tuple[str, ...], int] = {}
+    aic: dict[tuple[str, ...], int] = {}
     for row in _bundled_rows():
+        if row["source"].startswith("aic_"):  # a kernel group: what the engine ran
+            key = (row["spec"], row["source"], row["op"], row["phase"], row["dtype"],
+                   row["n"] if row["op"] == "allreduce" else "",
+                   *sorted(f for f in row["notes"].split(";")
+                           if f.split("=")[0] in ("attn", "kv", "q", "ks", "sinks")))
+            aic[key] = aic.get(key, 0) + 1
+            continue
         key = (row["spec"], row["source"], row["op"], row["dtype"])
         counts[key] = counts.get(key, 0) + 1
     assert max(counts.values()) <= 100
+    assert max(aic.values()) <= AIC_PER_GROUP
+    assert len(aic) > 100  # every kernel group of the four GPUs is there
     assert "a30" not in {k[0] for k in counts}  # the unlicensed A30 source is not shipped
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the full measurement set is not beside the repo")
 def test_bundled_subset_is_reproducible(tmp_path: Path) -> None:
-    from perfmodel.data._subset import SOURCE_FILES, subset_file
+    from perfmodel.data._subset import AIC_FILE, SOURCE_FILES, subset_aic, subset_file
 
     for name in SOURCE_FILES:
         subset_file(SHARED / name, tmp_path / name)
         assert (tmp_path / name).read_bytes() == (measurements_dir() / name).read_bytes()
+    subset_aic(SHARED / "aic", tmp_path / AIC_FILE)
+    assert (tmp_path / AIC_FILE).read_bytes() == (measurements_dir() / AIC_FILE).read_bytes()
 
 
 # ----------------------------------------------------------------------------- validate
@@ -218,3 +232,4 @@ def test_leave_gpu_out_cache_is_written_once_and_reused(
     assert code != 0
     assert "--cache" in err
     assert "SUSPECT" in err
+
