@@ -100,6 +100,9 @@ TIMING_FLOORS: Mapping[str, tuple[float, str]] = MappingProxyType({
     "aic_cuda_events_eager_mean_of6": (
         0.0, "AIConfigurator eager calls between CUDA events, no L2 flush: the call takes at "
              "least the engine wrapper's host dispatch time"),
+    "nccl_tests_out_of_place_avg": (
+        0.0, "nccl-tests (all_reduce_perf): average time of an out-of-place collective over "
+             "many back-to-back iterations between CUDA events: the collective's own time"),
     "torch_profiler_trace_kernel_sum": (
         0.0, "an op call's GPU kernels summed from a torch.profiler trace: kernel time only"),
     "torch_profiler_trace_cpu_op": (

@@ -233,3 +233,10 @@ def test_leave_gpu_out_cache_is_written_once_and_reused(
     assert "--cache" in err
     assert "SUSPECT" in err
 
+
+def test_every_bundled_timing_code_is_known() -> None:
+    from perfmodel.validation import TIMING_FLOORS
+
+    codes = {row["timing"] for row in _bundled_rows()}
+    assert "nccl_tests_out_of_place_avg" in codes  # the all-reduce rows are shipped
+    assert codes <= set(TIMING_FLOORS), codes - set(TIMING_FLOORS)
