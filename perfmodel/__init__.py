@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     "AllReduce": "perfmodel.ops.comm",
     "Prediction": "perfmodel.timing",
     "predict": "perfmodel.timing",
+    "RunContext": "perfmodel.timing.context",
+    "engine_call": "perfmodel.timing.engine_call",
     "validate": "perfmodel.validation",
     "read_measurements": "perfmodel.measurements",
     "TransformerConfig": "perfmodel.models.config",
@@ -105,4 +107,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from perfmodel.ops.gemm import Gemm as Gemm
     from perfmodel.timing import Prediction as Prediction
     from perfmodel.timing import predict as predict
+    from perfmodel.timing.context import RunContext as RunContext
+    from perfmodel.timing.engine_call import engine_call as engine_call
     from perfmodel.validation import validate as validate

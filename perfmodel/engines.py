@@ -37,6 +37,7 @@ __all__ = [
     "GemmDispatch",
     "attention_kernel",
     "attention_kernel_for_label",
+    "default_quant",
     "engine_refusal",
     "engine_runs_on",
     "fused_quantize",
@@ -526,6 +527,18 @@ def gemm_dispatch(engine: str, arch: str, impl: str, quant: str) -> GemmDispatch
     # canonical names only, as the engine-cost lookups take them: a name no engine has
     # (a RunContext's free-form field) means no engine here too
     return _DISPATCH.get((engine, arch, impl, quant))
+
+
+def default_quant(engine: str, dtype: str) -> str:
+    """The quantization scheme of a GEMM with ``dtype`` inputs when nobody names one: fp8
+    with per-channel weight scales (and per-token activation scales) in SGLang, its only
+    fp8 scaled-mm path (sgl-kernel ``fp8_scaled_mm``; AIConfigurator's SGLang rows), with
+    per-tensor scales in the other engines and engine-neutral; fp4 in ``nvfp4``; anything
+    else ``none``."""
+    dt = str(dtype).strip().lower()
+    if dt == "fp8":
+        return "per-channel" if normalize_engine(engine) == "sglang" else "per-tensor"
+    return "nvfp4" if dt == "fp4" else "none"
 
 
 #: Schemes whose activation quantization an engine fuses into the kernel that produces the

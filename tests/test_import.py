@@ -101,8 +101,9 @@ def _module_exists(name: str) -> bool:
 PUBLIC_API = [
     "Activation", "AllReduce", "Attention", "Cost", "DTYPES", "Elementwise", "Embedding",
     "Gemm", "HardwareSpec", "ModelPrediction", "Norm", "PerfmodelError", "PerfmodelWarning",
-    "Prediction", "Rotary", "Softmax", "SpecError", "TransformerConfig", "__version__",
-    "bytes_per_element", "format_quantity", "list_hardware", "list_models", "load_hardware",
+    "Prediction", "Rotary", "RunContext", "Softmax", "SpecError", "TransformerConfig",
+    "__version__", "bytes_per_element", "engine_call", "format_quantity", "list_hardware",
+    "list_models", "load_hardware",
     "load_model", "parse_quantity", "predict", "predict_model", "read_measurements",
     "validate",
 ]

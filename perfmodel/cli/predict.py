@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from perfmodel._errors import PerfmodelError, SpecError
 from perfmodel._limits import MAX_SIZE
 from perfmodel.cli._explain import compare_lines, explain_lines
-from perfmodel.engines import ENGINES, attention_kernel, gemm_kernel
+from perfmodel.engines import ENGINES, default_quant
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops import (
@@ -35,6 +35,7 @@ from perfmodel.ops import (
 from perfmodel.ops.comm import ALGORITHMS
 from perfmodel.ops.registry import OP_CLASSES
 from perfmodel.timing import Prediction, RunContext, predict
+from perfmodel.timing.engine_call import engine_call
 
 __all__ = ["register"]
 
@@ -187,21 +188,17 @@ def _add_gemm(p: argparse.ArgumentParser) -> None:
                         "flashinfer (default auto, or the --engine's choice)")
 
 
-_DEFAULT_QUANT = {"fp8": "per-tensor", "fp4": "nvfp4"}
-
-
 def _build_gemm(a: argparse.Namespace) -> Op:
-    quant = a.quant or _DEFAULT_QUANT.get(str(a.dtype).strip().lower(), "none")
-    impl, quantize = a.impl or "auto", a.quantize_input
+    quant = a.quant or default_quant(a.engine or "none", a.dtype)
+    gemm = Gemm(m=a.m, n=a.n, k=a.k, batch=a.batch, dtype=a.dtype,
+                out_dtype=a.out_dtype or ("bf16" if quant != "none" else None),
+                shared_b=a.shared_b, bias=a.bias, quant=quant,
+                quantize_input=a.quantize_input, impl=a.impl or "auto")
     if a.engine:
-        arch = a.arch_for_engine
-        choice = gemm_kernel(a.engine, arch, quant)
-        impl = a.impl or choice.impl
-        quantize = quantize or choice.quantize_input
-    out = a.out_dtype or ("bf16" if quant != "none" else None)
-    return Gemm(m=a.m, n=a.n, k=a.k, batch=a.batch, dtype=a.dtype, out_dtype=out,
-                shared_b=a.shared_b, bias=a.bias, quant=quant, quantize_input=quantize,
-                impl=impl)
+        gemm = engine_call(gemm, a.engine, a.hw_for_engine)
+        if a.impl:  # --impl names the kernel; the engine's call (quantize) stays
+            gemm = dataclasses.replace(gemm, impl=a.impl)
+    return gemm
 
 
 def _add_attention(p: argparse.ArgumentParser) -> None:
@@ -231,27 +228,20 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
 
 
 def _build_attention(a: argparse.Namespace) -> Op:
-    impl, kv_write, rope, splits = a.impl or "flash", a.kv_write, a.rope, a.num_splits
-    tc_group = 0.0
-    dtype = a.dtype
-    if a.engine:
-        phase = "decode" if a.seq_q == 1 else "prefill"
-        choice = attention_kernel(a.engine, a.arch_for_engine, phase, a.head_dim,
-                                  a.kv_dtype or a.dtype, a.heads / (a.kv_heads or a.heads))
-        impl = a.impl or choice.impl
-        kv_write, rope = kv_write or choice.kv_write, rope or choice.rope
-        if splits == "auto":
-            splits = choice.num_splits
-        if impl == choice.impl:
-            tc_group = choice.tensor_core_min_group
-            # the engine's kernel computes in fp8 over an fp8 KV cache (as a model's
-            # attention under --engine does: perfmodel.models.evaluate)
-            dtype = choice.compute_dtype(a.dtype, getattr(a, "peaks_for_engine", ()))
-    return Attention(batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, seq_q=a.seq_q,
+    attn = Attention(batch=a.batch, heads=a.heads, kv_heads=a.kv_heads, seq_q=a.seq_q,
                      seq_kv=a.seq_kv, head_dim=a.head_dim, value_dim=a.value_dim,
-                     causal=a.causal, dtype=dtype, kv_dtype=a.kv_dtype, impl=impl,
-                     num_splits=splits, kv_write=kv_write, rope=rope,
-                     tensor_core_min_group=tc_group)
+                     causal=a.causal, dtype=a.dtype, kv_dtype=a.kv_dtype,
+                     impl=a.impl or "flash", num_splits=a.num_splits, kv_write=a.kv_write,
+                     rope=a.rope)
+    if a.engine:
+        call = engine_call(attn, a.engine, a.hw_for_engine)
+        if a.impl and a.impl != call.impl:
+            # --impl names another kernel: the engine's call around it (KV write, RoPE,
+            # split rule) stays, the chosen kernel's own traits do not
+            call = dataclasses.replace(call, impl=a.impl, dtype=attn.dtype,
+                                       tensor_core_min_group=0.0)
+        attn = call
+    return attn
 
 
 def _dtype_flag(p: argparse.ArgumentParser) -> None:
@@ -415,8 +405,7 @@ def _load(gpu: str, flag: str) -> HardwareSpec:
 
 def _build(args: argparse.Namespace, hw: HardwareSpec | None = None) -> Op:
     args.engine = getattr(args, "engine", None)
-    args.arch_for_engine = hw.arch if hw is not None else ""
-    args.peaks_for_engine = tuple(hw.peaks) if hw is not None else ()
+    args.hw_for_engine = hw
     try:
         return _OPS[args.op_name].build(args)
     except PerfmodelError as exc:

@@ -36,7 +36,13 @@ import numpy as np
 import numpy.typing as npt
 
 from perfmodel.dtypes import DType, bytes_per_element, weight_bytes_per_element
-from perfmodel.engines import attention_kernel, fused_quantize, gemm_kernel, normalize_engine
+from perfmodel.engines import (
+    attention_kernel,
+    default_quant,
+    fused_quantize,
+    gemm_kernel,
+    normalize_engine,
+)
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
 from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
@@ -371,10 +377,9 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
     args = g.args
     if g.kind is Gemm:
         w = str(args["dtype"])
-        quant = {"fp8": "per-channel" if engine == "sglang" else "per-tensor",
-                 "fp4": "nvfp4"}.get(w)
+        quant = default_quant(engine, w)
         act = str(args.get("out_dtype") or "bf16")
-        if quant is not None and _native_weights(hw, w, act) \
+        if quant != "none" and _native_weights(hw, w, act) \
                 and (w != "fp4" or hw.arch == "blackwell"):
             gemm = gemm_kernel(engine, hw.arch, quant)
             fused = fused_quantize(engine, quant)

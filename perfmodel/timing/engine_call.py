@@ -1,0 +1,82 @@
+"""One op as an inference engine calls it on a GPU.
+
+:func:`engine_call` turns an engine-neutral :class:`~perfmodel.ops.gemm.Gemm` or
+:class:`~perfmodel.ops.attention.Attention` into the op ``engine`` dispatches on ``hw``
+(the choices and their sources are :mod:`perfmodel.engines`'):
+
+- a GEMM with fp8 or fp4 inputs takes the engine's quantization scheme where it names none
+  (:func:`perfmodel.engines.default_quant`: per-channel in SGLang, per-tensor elsewhere,
+  nvfp4 for fp4), the engine's kernel family for it and, where the call quantizes its bf16
+  activations first, that kernel (``quantize_input``); its output is bf16 unless the op
+  names another output dtype than its inputs' (the engines' scaled GEMMs write bf16); a
+  16-bit GEMM takes the engine's kernel for it (the vendor library);
+- an attention takes the engine's kernel family for the call's phase (decode where every
+  sequence has one query token, unless ``phase`` says otherwise), head dim, KV-cache dtype
+  and query heads per KV head; the KV-cache write (and TensorRT-LLM's RoPE) in a kernel of
+  their own; the engine's split-KV rule where the op leaves it ``auto``; FlashInfer's
+  CUDA-core decode threshold; and fp8 compute over an fp8 KV cache where the engine's
+  kernel computes so and the GPU has an fp8 peak.
+
+Predict the result with ``RunContext(engine=engine, launch="graph")`` (how the engines
+replay their decode steps) to add the engine's own bookkeeping per call. An engine on a GPU
+it does not run on is an error (:func:`perfmodel.engines.engine_refusal`), as is a
+quantization scheme or kernel with no build there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, overload
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.engines import attention_kernel, default_quant, gemm_kernel, normalize_engine
+from perfmodel.hardware.catalog import load_hardware
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.ops.attention import Attention
+from perfmodel.ops.gemm import Gemm
+
+__all__ = ["engine_call"]
+
+
+@overload
+def engine_call(op: Gemm, engine: str, hw: HardwareSpec | str) -> Gemm: ...
+
+
+@overload
+def engine_call(op: Attention, engine: str, hw: HardwareSpec | str) -> Attention: ...
+
+
+def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str
+                ) -> Gemm | Attention:
+    """``op`` (a :class:`Gemm` or :class:`Attention`) as ``engine`` (``trtllm``, ``vllm``,
+    ``sglang``) calls it on ``hw`` (a spec or a bundled id / YAML path); see the module doc.
+    ``engine="none"`` returns ``op`` unchanged."""
+    eng = normalize_engine(engine)
+    if eng == "none":
+        return op
+    spec = load_hardware(hw)
+    changes: dict[str, Any]
+    if isinstance(op, Gemm):
+        quant = op.quant if op.quant != "none" else default_quant(eng, op.dtype)
+        choice = gemm_kernel(eng, spec.arch, quant)
+        changes = {"impl": choice.impl}
+        if quant != "none":  # a scaled GEMM; a 16-bit one takes the vendor library
+            changes.update(quant=quant, quantize_input=op.quantize_input or choice.quantize_input,
+                           out_dtype="bf16" if op.out_dtype == op.dtype else op.out_dtype)
+        return dataclasses.replace(op, **changes)
+    if isinstance(op, Attention):
+        phase = op.phase if op.phase != "auto" else (
+            "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill")
+        group = float(np.max(np.asarray(op.heads) / np.asarray(op.kv_heads)))
+        att = attention_kernel(eng, spec.arch, phase, float(np.max(np.asarray(op.head_dim))),
+                               op.kv_dtype, group)
+        changes = {"impl": att.impl, "kv_write": op.kv_write or att.kv_write,
+                   "rope": op.rope or att.rope,
+                   "num_splits": att.num_splits if op.num_splits == "auto" else op.num_splits,
+                   "tensor_core_min_group": att.tensor_core_min_group,
+                   "dtype": att.compute_dtype(op.dtype, spec.peaks)}
+        return dataclasses.replace(op, **changes)
+    raise PerfmodelError("op", f"{type(op).__name__} has no engine call (GEMMs and attention "
+                         "have)", "pass a Gemm or an Attention")
