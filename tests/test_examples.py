@@ -20,7 +20,7 @@ def _run(name: str, *args: str) -> str:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"capacity_planning_70b.py", "sequence_length_whatif.py",
+    tested = {"capacity_planning_70b.py", "engine_kernels.py", "sequence_length_whatif.py",
               "use_from_another_tool.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
@@ -46,3 +46,13 @@ def test_use_from_another_tool() -> None:
     assert [c["gpu"] for c in data["choices"]] == ["a100-80gb-sxm", "h100-sxm"]
     for choice in data["choices"]:
         assert choice["step_ms"] <= data["budget_s"] * 1e3
+
+
+def test_engine_kernels() -> None:
+    out = _run("engine_kernels.py")
+    # each engine's decode kernel on H100 / B200 / L40S, and its fp8 GEMM path
+    for word in ("xqa", "flash3", "trtllm-gen", "flashinfer", "per-channel", "cublas"):
+        assert word in out, word
+    assert "kv_write" in out  # the parts of a call
+    assert "attention" in out.split("fp8 linear")[0]
+    assert "bundled AIConfigurator rows: median" in out
