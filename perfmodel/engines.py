@@ -117,6 +117,19 @@ class AttentionChoice:
         (the activations')."""
         return "fp8" if self.fp8_compute and "fp8" in peaks else dtype
 
+    def op_fields(self, dtype: str, peaks: Iterable[str], *, kv_write: bool = False,
+                  rope: bool = False, num_splits: Any = "auto") -> dict[str, Any]:
+        """The :class:`~perfmodel.ops.attention.Attention` fields of this call for an op of
+        ``dtype`` activations on a GPU with ``peaks``: the kernel family, the KV write and
+        RoPE (this call's, or the op's own where it asks for them), the split-KV rule where
+        the op leaves it ``auto``, the CUDA-core threshold and the compute dtype
+        (:meth:`compute_dtype`)."""
+        return {"impl": self.impl, "kv_write": kv_write or self.kv_write,
+                "rope": rope or self.rope,
+                "num_splits": self.num_splits if num_splits == "auto" else num_splits,
+                "tensor_core_min_group": self.tensor_core_min_group,
+                "dtype": self.compute_dtype(dtype, peaks)}
+
 
 @dataclass(frozen=True)
 class GemmChoice:

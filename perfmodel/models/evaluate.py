@@ -359,11 +359,8 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
     kvd = str(args.get("kv_dtype") or args["dtype"])
     choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
                               head_dim, kvd, group)
-    new = {**args, "impl": choice.impl, "kv_write": choice.kv_write,
-           "rope": choice.rope and rotary,
-           "num_splits": choice.num_splits,
-           "tensor_core_min_group": choice.tensor_core_min_group}
-    new["dtype"] = choice.compute_dtype(str(args["dtype"]), hw.peaks)
+    new = {**args, **choice.op_fields(str(args["dtype"]), hw.peaks),
+           "rope": choice.rope and rotary}
     fp8 = choice.fp8_compute and new["dtype"] == "fp8"
     return dataclasses.replace(g, args=new), (
         f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "

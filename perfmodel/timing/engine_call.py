@@ -72,11 +72,7 @@ def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str
         group = float(np.max(np.asarray(op.heads) / np.asarray(op.kv_heads)))
         att = attention_kernel(eng, spec.arch, phase, float(np.max(np.asarray(op.head_dim))),
                                op.kv_dtype, group)
-        changes = {"impl": att.impl, "kv_write": op.kv_write or att.kv_write,
-                   "rope": op.rope or att.rope,
-                   "num_splits": att.num_splits if op.num_splits == "auto" else op.num_splits,
-                   "tensor_core_min_group": att.tensor_core_min_group,
-                   "dtype": att.compute_dtype(op.dtype, spec.peaks)}
-        return dataclasses.replace(op, **changes)
+        return dataclasses.replace(op, **att.op_fields(
+            op.dtype, spec.peaks, kv_write=op.kv_write, rope=op.rope, num_splits=op.num_splits))
     raise PerfmodelError("op", f"{type(op).__name__} has no engine call (GEMMs and attention "
                          "have)", "pass a Gemm or an Attention")
