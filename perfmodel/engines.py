@@ -222,10 +222,10 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     vLLM: FlashAttention-2 on Ampere, Ada and SM120 (Triton on Turing), FA3 on Hopper
     (FA4 for head dim 512), FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an
     fp8 cache where it would run FlashAttention-2;
-    SGLang: FA3's SM8x build (sgl-kernel) on Ampere, FA3 on Hopper (Triton for head dim 512),
-    trtllm-gen (``trtllm_mha``) on Blackwell, FlashInfer on Ada and on the RTX Blackwell
-    GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build), Triton on
-    Turing. Over an fp8 KV cache some of these compute in fp8 (``fp8_compute``, see
+    SGLang: FA3 on Hopper (Triton for head dim 512), trtllm-gen (``trtllm_mha``) on
+    Blackwell, FlashInfer on Ampere and Ada (its default off Hopper) and on the RTX
+    Blackwell GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build),
+    Triton on Turing. Over an fp8 KV cache some of these compute in fp8 (``fp8_compute``, see
     :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
@@ -299,12 +299,25 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
                                tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
     if arch in PRE_AMPERE_ARCHS:
         return AttentionChoice("triton", source=_SGLANG_PRE_AMPERE)
-    if head_dim > FA_MAX_HEAD_DIM:  # as on Hopper: no FA3 kernel for it, Triton
-        return AttentionChoice("triton", source=_SGLANG_WIDE_HEADS)
-    # SGLang's FlashAttention backend calls sgl-kernel's FlashAttention-3, which builds an
-    # SM80 path (sglang issue 5911): ``flash3`` resolves to the flash3-sm8x family there
-    return AttentionChoice("flash3", source=_AIC + "; sgl-kernel's FlashAttention-3, SM8x build")
+    # Ampere: SGLang's own default, FlashInfer (:data:`_SGLANG_AMPERE`); AIConfigurator's
+    # A100 rows ran its FlashAttention backend, which its collector chooses below SM100,
+    # and are predicted with that recorded kernel (attention_kernel_for_label)
+    return AttentionChoice("flashinfer", source=_SGLANG_AMPERE,
+                           tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
 
+
+#: SGLang's attention backend on Ampere: its default for MHA models is FA3 on Hopper and
+#: otherwise FlashInfer where it is installed (Triton if not): sgl-project/sglang
+#: ``model_runner`` / ``server_args`` (``is_hopper_with_cuda_12_3() ... "fa3"``, else
+#: ``"flashinfer" if is_flashinfer_available() else "triton"``) and its attention-backend
+#: page ("FlashInfer (Default for Non-Hopper Machines, e.g., A100, A40)"). AIConfigurator's
+#: A100 rows are its FlashAttention backend because its collector builds that backend on
+#: every GPU below SM100 (ai-dynamo/aiconfigurator collector/sglang/collect_attn.py), not
+#: because SGLang would: those rows keep their recorded kernel (``flash_attention`` →
+#: FA3's SM8x build, :func:`attention_kernel_for_label`).
+_SGLANG_AMPERE = "SGLang's default attention backend off Hopper and Blackwell: FlashInfer " \
+                 "(sgl-project/sglang model_runner; docs: 'Default for Non-Hopper Machines, " \
+                 "e.g., A100, A40')"
 
 #: Why SGLang runs FlashInfer on SM120: trtllm-gen's kernels need SM100's tcgen05 (only
 #: SM100/SM103 cubins exist) and sgl-kernel's FlashAttention-3 is built for SM80-SM90, so
@@ -337,14 +350,12 @@ _SGLANG_PRE_AMPERE = "SGLang on Turing: its Triton attention backend " \
 #: up to 256"; FA3's instantiations stop at 256 too). Wider heads (Gemma-4's 512) go to the
 #: engine's next backend: FA4 in vLLM and Triton in SGLang on Hopper (AIConfigurator's
 #: H100 rows), FlashInfer in vLLM where its flash backend is FA2 (next in its backend
-#: order; FlashInfer has 512-wide kernels: AIConfigurator's L40S SGLang rows), Triton in
-#: SGLang on Ampere as on Hopper; the engine-neutral ``flash`` takes PyTorch's
+#: order; FlashInfer has 512-wide kernels: AIConfigurator's L40S SGLang rows); SGLang off
+#: Hopper runs FlashInfer at every head dim; the engine-neutral ``flash`` takes PyTorch's
 #: memory-efficient kernel for them (perfmodel.timing.attention.resolve_impl).
 FA_MAX_HEAD_DIM = 256.0
 _VLLM_WIDE_HEADS = "vLLM, head dim over 256 where its flash backend is FA2: FlashInfer " \
                    "(FA2 has no kernel for it)"
-_SGLANG_WIDE_HEADS = "SGLang, head dim over 256 on Ampere: Triton (sgl-kernel's FA3 has " \
-                     "none; its choice on Hopper, AIConfigurator's H100 rows)"
 
 #: Where each engine does not run: (engine, architectures, what the error says, its
 #: source). TensorRT-LLM: Ampere and later (and NVIDIA only, :func:`_not_built`). vLLM:

@@ -501,8 +501,7 @@ def test_fa3_before_hopper_is_its_sm8x_family_with_fa3_scheduling() -> None:
     with pytest.raises(PerfmodelError, match="impl"):
         predict(dataclasses.replace(mha, impl="flash3", dtype="fp16", kv_dtype="fp16"),
                 "v100-sxm2-32gb")
-    # the engine's choice and the collectors' label agree
-    assert attention_kernel("sglang", "ampere", "decode").impl == "flash3"
+    # the collectors' label on an A100 (their FlashAttention backend)
     assert attention_kernel_for_label("sglang", "flash_attention", "ampere",
                                       "decode").impl == "flash3"
     assert attention_kernel("vllm", "ampere", "decode").impl == "flash2"
@@ -1162,9 +1161,10 @@ def test_heads_wider_than_flashattention_supports_go_to_the_engines_next_backend
         arch: str) -> None:
     """FlashAttention-2 and -3 have kernels for head dims up to 256: wider heads (512)
     take the engine's next backend, FA4 in vLLM and Triton in SGLang on Hopper (as
-    AIConfigurator's H100 rows show), FlashInfer in vLLM where its flash backend is FA2,
-    Triton in SGLang on Ampere; head dims up to 256 keep FlashAttention (before, a 512-wide
-    head ran FA2 or FA3's SM8x kernel off Hopper, which have none)."""
+    AIConfigurator's H100 rows show), FlashInfer in vLLM where its flash backend is FA2;
+    SGLang off Hopper runs FlashInfer at every head dim; head dims up to 256 keep
+    FlashAttention (before, a 512-wide head ran FA2 or FA3's SM8x kernel off Hopper, which
+    have none)."""
     for phase in ("prefill", "decode"):
         narrow = {e: attention_kernel(e, arch, phase, head_dim=256.0, group=4.0).impl
                   for e in ("vllm", "sglang")}
@@ -1176,7 +1176,7 @@ def test_heads_wider_than_flashattention_supports_go_to_the_engines_next_backend
         else:
             assert narrow["vllm"] == "flash2"
             assert wide["vllm"] == "flashinfer"
-            assert wide["sglang"] == ("triton" if arch == "ampere" else "flashinfer")
+            assert wide["sglang"] == narrow["sglang"] == "flashinfer"
     cfg = pm.load_model("llama-3.1-8b").model_copy(update={"head_dim": 512})
     gpu = {"ampere": "a100-80gb-sxm", "ada": "l40s", "blackwell-consumer": "rtx-5090",
            "hopper": "h100-sxm"}[arch]
@@ -1278,3 +1278,23 @@ def test_the_native_fused_attention_before_ampere_is_pytorchs_mem_efficient_kern
     kv = 8 * 8 * 2048 * 2 * 128 * 2.0
     assert float(p.bytes) >= 4 * kv  # each of the 4 query heads of a group reads its K/V
     assert predict(dec, "a100-80gb-sxm").details["impl"] == "flash2"
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_sglang_on_ampere_runs_its_default_flashinfer_backend(kv: str) -> None:
+    """SGLang's default attention backend for MHA models is FA3 on Hopper and FlashInfer
+    off it (its model runner; "Default for Non-Hopper Machines, e.g., A100"): a whole
+    model under ``--engine sglang`` on an A100 runs FlashInfer, with SGLang's tensor-core
+    threshold, over a 16-bit or an fp8 cache. AIConfigurator's A100 rows, which its
+    collector ran on SGLang's FlashAttention backend, keep that recorded kernel."""
+    for phase in ("prefill", "decode"):
+        choice = attention_kernel("sglang", "ampere", phase, kv_dtype=kv, group=4.0)
+        assert (choice.impl, choice.tensor_core_min_group) == ("flashinfer", 4.0)
+        assert "FlashInfer" in choice.source
+    p = pm.predict_model(pm.load_model("llama-3.1-8b"), "a100-80gb-sxm", phase="decode",
+                         batch=8, context_len=4096, engine="sglang", kv_dtype=kv)
+    assert any(a.startswith("sglang: decode attention runs flashinfer ")
+               for a in p.assumptions)
+    label = attention_kernel_for_label("sglang", "flash_attention", "ampere", "decode",
+                                       kv_dtype=kv, group=4.0)
+    assert (label.impl, label.tensor_core_min_group) == ("flash3", 0.0)
