@@ -58,7 +58,7 @@ def test_bundled_groups_are_small() -> None:
             key = (row["spec"], row["source"], row["op"], row["phase"], row["dtype"],
                    row["n"] if row["op"] == "allreduce" else "",
                    *sorted(f for f in row["notes"].split(";")
-                           if f.split("=")[0] in ("attn", "kv", "q", "ks", "sinks")))
+                           if f.split("=")[0] in ("attn", "kv", "q", "ks")))
             aic[key] = aic.get(key, 0) + 1
             continue
         key = (row["spec"], row["source"], row["op"], row["dtype"])

@@ -10,7 +10,7 @@ AIConfigurator's engine-kernel tables (``SRC_DIR/aic/*.csv`` and ``aic/comm/*.cs
 in name order) go into one file, :data:`AIC_FILE`, by the same rule with finer groups (the
 kernel groups ``perfmodel validate`` reports): (spec, source, op, phase, dtype, GPUs of a
 collective, and the ``notes`` labels of what the engine ran: attention and KV-cache dtypes,
-quantization scheme, dispatched kernel, attention sinks), :data:`AIC_PER_GROUP` rows each.
+quantization scheme, dispatched kernel), :data:`AIC_PER_GROUP` rows each.
 
     python -m perfmodel.data._subset SRC_DIR DST_DIR [PER_GROUP]
 """
@@ -36,7 +36,7 @@ AIC_FILE = "aic_engine_kernels.csv"
 #: Rows kept per kernel group of the AIConfigurator tables.
 AIC_PER_GROUP = 16
 #: ``notes`` fields that say what an engine ran (part of an AIConfigurator group's key).
-_AIC_LABELS = ("attn", "kv", "q", "ks", "sinks")
+_AIC_LABELS = ("attn", "kv", "q", "ks")
 
 
 def _num(text: str | None) -> float:
