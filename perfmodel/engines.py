@@ -211,7 +211,8 @@ _VARLEN_SPLITS = "gqa"
 
 # --------------------------------------------------------------------------- attention
 def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0,
-                     kv_dtype: str = "bf16", group: float = 0.0) -> AttentionChoice:
+                     kv_dtype: str = "bf16", group: float = 0.0,
+                     sinks: bool = False) -> AttentionChoice:
     """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
 
     TRT-LLM (Ampere and later only: an error before; vLLM and SGLang from Turing on,
@@ -225,8 +226,9 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     SGLang: FA3 on Hopper (Triton for head dim 512), trtllm-gen (``trtllm_mha``) on
     Blackwell, FlashInfer on Ampere and Ada (its default off Hopper) and on the RTX
     Blackwell GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build),
-    Triton on Turing. Over an fp8 KV cache some of these compute in fp8 (``fp8_compute``, see
-    :func:`_fp8_compute`).
+    Triton on Turing; for a model with attention sinks (``sinks``: gpt-oss) SGLang runs
+    Triton wherever it would run FlashInfer (:data:`_SGLANG_SINKS`). Over an fp8 KV cache
+    some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
     decode = phase == "decode"
@@ -235,6 +237,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     if not _nvidia(eng, arch):
         return AttentionChoice("flash", source=_NOT_NVIDIA)
     choice = _attention_kernel(eng, arch, decode, head_dim, kv_dtype, group)
+    if sinks and eng == "sglang" and choice.impl == "flashinfer":
+        choice = AttentionChoice("triton", source=_SGLANG_SINKS)
     if kv_dtype == "fp8" and _fp8_compute(eng, arch, decode, choice.impl):
         return dataclasses.replace(choice, fp8_compute=True)
     return choice
@@ -318,6 +322,15 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
 _SGLANG_AMPERE = "SGLang's default attention backend off Hopper and Blackwell: FlashInfer " \
                  "(sgl-project/sglang model_runner; docs: 'Default for Non-Hopper Machines, " \
                  "e.g., A100, A40')"
+
+#: SGLang's backend for a model with attention sinks (gpt-oss) where it would run
+#: FlashInfer: Triton. Its default-backend rule picks FlashInfer only for models without
+#: sinks (``is_flashinfer_available() and not model_config.has_attention_sinks``, else
+#: ``"triton"``), and its gpt-oss adjustment sets trtllm_mha on SM100, FA3 on SM90 and
+#: Triton elsewhere (sgl-project/sglang ``server_args``, ``_handle_gpt_oss_family``).
+_SGLANG_SINKS = "SGLang, a model with attention sinks off Hopper and Blackwell: Triton " \
+                "(sgl-project/sglang server_args: FlashInfer only without sinks; gpt-oss: " \
+                "trtllm_mha on SM100, fa3 on SM90, else triton)"
 
 #: Why SGLang runs FlashInfer on SM120: trtllm-gen's kernels need SM100's tcgen05 (only
 #: SM100/SM103 cubins exist) and sgl-kernel's FlashAttention-3 is built for SM80-SM90, so

@@ -1298,3 +1298,32 @@ def test_sglang_on_ampere_runs_its_default_flashinfer_backend(kv: str) -> None:
     label = attention_kernel_for_label("sglang", "flash_attention", "ampere", "decode",
                                        kv_dtype=kv, group=4.0)
     assert (label.impl, label.tensor_core_min_group) == ("flash3", 0.0)
+
+
+def test_sglang_runs_triton_for_attention_sinks_where_it_would_run_flashinfer() -> None:
+    """SGLang picks FlashInfer only for models without attention sinks; gpt-oss runs
+    trtllm_mha on SM100, FA3 on SM90 and Triton elsewhere (its server args)."""
+    for arch, plain, sinks in (("ampere", "flashinfer", "triton"),
+                               ("ada", "flashinfer", "triton"),
+                               ("blackwell-consumer", "flashinfer", "triton"),
+                               ("hopper", "flash3", "flash3"),
+                               ("blackwell", "trtllm-gen", "trtllm-gen")):
+        for phase in ("prefill", "decode"):
+            assert attention_kernel("sglang", arch, phase, group=8.0).impl == plain
+            assert attention_kernel("sglang", arch, phase, group=8.0, sinks=True).impl == sinks
+    # the other engines' choices do not depend on it
+    for engine in ("trtllm", "vllm"):
+        assert attention_kernel(engine, "ada", "decode", group=8.0, sinks=True) == \
+            attention_kernel(engine, "ada", "decode", group=8.0)
+    oss = pm.load_model("gpt-oss-20b")
+    assert oss.attention_sinks
+    p = pm.predict_model(oss, "l40s", phase="decode", batch=8, context_len=4096,
+                         engine="sglang")
+    assert any(a.startswith("sglang: decode attention runs triton ") for a in p.assumptions)
+    q = pm.predict_model(pm.load_model("llama-3.1-8b"), "l40s", phase="decode", batch=8,
+                         context_len=4096, engine="sglang")
+    assert any(a.startswith("sglang: decode attention runs flashinfer ") for a in q.assumptions)
+    op = pm.Attention(batch=8, heads=64, kv_heads=8, seq_q=1, seq_kv=4096, head_dim=64,
+                      causal=True)
+    assert pm.engine_call(op, "sglang", "l40s", sinks=True).impl == "triton"
+    assert pm.engine_call(op, "sglang", "l40s").impl == "flashinfer"

@@ -313,15 +313,16 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
         kinds[gi][oi] = name or op_class(cls).name
 
 
-def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True
-                ) -> list[tuple[GraphOp, str | None]]:
+def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
+                sinks: bool = False) -> list[tuple[GraphOp, str | None]]:
     """``g`` as ``engine`` runs it on ``hw``, with a note (:func:`_engine_attention`,
     :func:`_with_engine`). An attention op's kernel depends on the point: points with
     another phase (seq_q = 1 or not) or GQA group (query heads over KV heads per GPU, which
     a TP sweep changes once KV heads replicate) get a copy of the op counted only there
     (0 elsewhere), each with its own kernel. Points where the op does not occur (count 0)
     choose nothing and add no note. ``rotary``: the model applies RoPE (its graph has a
-    rotary op), which an engine may fuse into the attention call."""
+    rotary op), which an engine may fuse into the attention call; ``sinks``: its attention
+    has sinks (gpt-oss), which some engines run on another backend."""
     args = g.args
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
         return [_with_engine(g, hw, engine)]
@@ -338,18 +339,19 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True
                                                              occurs.ravel(), strict=True) if o})
     if len(keys) <= 1:
         d, gr = keys[0] if keys else (bool(np.all(decode)), float(np.max(group)))
-        op, note = _engine_attention(g, hw, engine, d, gr, rotary)
+        op, note = _engine_attention(g, hw, engine, d, gr, rotary, sinks)
         return [(op, note if keys else None)]
     out: list[tuple[GraphOp, str | None]] = []
     for d, gr in keys:
         mask = occurs & (decode == d) & (group == gr)
         part = dataclasses.replace(g, count=np.where(mask, count, 0.0))
-        out.append(_engine_attention(part, hw, engine, d, gr, rotary))
+        out.append(_engine_attention(part, hw, engine, d, gr, rotary, sinks))
     return out
 
 
 def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
-                      group: float, rotary: bool = True) -> tuple[GraphOp, str]:
+                      group: float, rotary: bool = True,
+                      sinks: bool = False) -> tuple[GraphOp, str]:
     """Attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`) in
     ``decode`` or prefill at GQA ``group``: its kernel, with the KV-cache write (and, for
     TensorRT-LLM, RoPE, if the model has it: ``rotary``) in a pre-processing kernel, in fp8
@@ -358,7 +360,7 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
     head_dim = float(np.max(np.asarray(args["head_dim"])))
     kvd = str(args.get("kv_dtype") or args["dtype"])
     choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
-                              head_dim, kvd, group)
+                              head_dim, kvd, group, sinks)
     new = {**args, **choice.op_fields(str(args["dtype"]), hw.peaks),
            "rope": choice.rope and rotary}
     fp8 = choice.fp8_compute and new["dtype"] == "fp8"
@@ -394,7 +396,7 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
 
 
 def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
-                    hw: HardwareSpec, engine: str = "none"
+                    hw: HardwareSpec, engine: str = "none", sinks: bool = False
                     ) -> tuple[list[GraphTiming], list[str]]:
     """Predict every op of every ``(graph, points shape)`` on ``hw``, one predict call
     per op group across all graphs. Returns one :class:`GraphTiming` per graph and the
@@ -402,7 +404,9 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
 
     With an ``engine`` (``trtllm``, ``vllm``, ``sglang``) the ops are those the engine runs
     (:func:`_engine_ops`), predicted as CUDA-graph replays with the engine's bookkeeping;
-    ``none`` is engine-neutral (the architecture's native kernels, one kernel per op)."""
+    ``none`` is engine-neutral (the architecture's native kernels, one kernel per op).
+    ``sinks``: the model's attention has sinks (``TransformerConfig.attention_sinks``),
+    which changes some engines' attention backend."""
     engine = normalize_engine(engine)
     context = RunContext(launch="graph", engine=engine) if engine != "none" else None
     notes: list[str] = []
@@ -413,7 +417,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             ops = []
             rotary = any(g.kind is Rotary for g in graph)
             for g in graph:
-                for new, note in _engine_ops(g, hw, engine, rotary):
+                for new, note in _engine_ops(g, hw, engine, rotary, sinks):
                     if note and note not in notes:
                         notes.append(note)
                     ops.append(new)

@@ -41,18 +41,22 @@ __all__ = ["engine_call"]
 
 
 @overload
-def engine_call(op: Gemm, engine: str, hw: HardwareSpec | str) -> Gemm: ...
+def engine_call(op: Gemm, engine: str, hw: HardwareSpec | str, *,
+                sinks: bool = False) -> Gemm: ...
 
 
 @overload
-def engine_call(op: Attention, engine: str, hw: HardwareSpec | str) -> Attention: ...
+def engine_call(op: Attention, engine: str, hw: HardwareSpec | str, *,
+                sinks: bool = False) -> Attention: ...
 
 
-def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str
-                ) -> Gemm | Attention:
+def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str, *,
+                sinks: bool = False) -> Gemm | Attention:
     """``op`` (a :class:`Gemm` or :class:`Attention`) as ``engine`` (``trtllm``, ``vllm``,
     ``sglang``) calls it on ``hw`` (a spec or a bundled id / YAML path); see the module doc.
-    ``engine="none"`` returns ``op`` unchanged."""
+    ``sinks``: the model's attention has sinks (gpt-oss), which changes some engines'
+    backend (:func:`perfmodel.engines.attention_kernel`). ``engine="none"`` returns ``op``
+    unchanged."""
     eng = normalize_engine(engine)
     if eng == "none":
         return op
@@ -71,7 +75,7 @@ def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str
             "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill")
         group = float(np.max(np.asarray(op.heads) / np.asarray(op.kv_heads)))
         att = attention_kernel(eng, spec.arch, phase, float(np.max(np.asarray(op.head_dim))),
-                               op.kv_dtype, group)
+                               op.kv_dtype, group, sinks)
         return dataclasses.replace(op, **att.op_fields(
             op.dtype, spec.peaks, kv_write=op.kv_write, rope=op.rope, num_splits=op.num_splits))
     raise PerfmodelError("op", f"{type(op).__name__} has no engine call (GEMMs and attention "
