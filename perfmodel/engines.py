@@ -226,9 +226,10 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     SGLang: FA3 on Hopper (Triton for head dim 512), trtllm-gen (``trtllm_mha``) on
     Blackwell, FlashInfer on Ampere and Ada (its default off Hopper) and on the RTX
     Blackwell GPUs (SM120, ``blackwell-consumer``: no trtllm-gen cubins, no FA3 build),
-    Triton on Turing; for a model with attention sinks (``sinks``: gpt-oss) SGLang runs
-    Triton wherever it would run FlashInfer (:data:`_SGLANG_SINKS`). Over an fp8 KV cache
-    some of these compute in fp8 (``fp8_compute``, see :func:`_fp8_compute`).
+    Triton on Turing; for a model with attention sinks (``sinks``: gpt-oss) vLLM and SGLang
+    run Triton wherever they would run FlashAttention-2 or FlashInfer's FA2 templates
+    (:data:`_SINKS_TRITON`). Over an fp8 KV cache some of these compute in fp8
+    (``fp8_compute``, see :func:`_fp8_compute`).
     """
     eng = normalize_engine(engine)
     decode = phase == "decode"
@@ -237,8 +238,8 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
     if not _nvidia(eng, arch):
         return AttentionChoice("flash", source=_NOT_NVIDIA)
     choice = _attention_kernel(eng, arch, decode, head_dim, kv_dtype, group)
-    if sinks and eng == "sglang" and choice.impl == "flashinfer":
-        choice = AttentionChoice("triton", source=_SGLANG_SINKS)
+    if sinks and eng in _SINKS_TRITON and choice.impl in ("flash2", "flashinfer"):
+        choice = AttentionChoice("triton", source=_SINKS_TRITON[eng])
     if kv_dtype == "fp8" and _fp8_compute(eng, arch, decode, choice.impl):
         return dataclasses.replace(choice, fp8_compute=True)
     return choice
@@ -323,14 +324,23 @@ _SGLANG_AMPERE = "SGLang's default attention backend off Hopper and Blackwell: F
                  "(sgl-project/sglang model_runner; docs: 'Default for Non-Hopper Machines, " \
                  "e.g., A100, A40')"
 
-#: SGLang's backend for a model with attention sinks (gpt-oss) where it would run
-#: FlashInfer: Triton. Its default-backend rule picks FlashInfer only for models without
-#: sinks (``is_flashinfer_available() and not model_config.has_attention_sinks``, else
+#: The backend of a model with attention sinks (gpt-oss) where an engine would run
+#: FlashAttention-2 or FlashInfer's FA2 templates: Triton, in both engines. SGLang's
+#: default-backend rule picks FlashInfer only for models without sinks
+#: (``is_flashinfer_available() and not model_config.has_attention_sinks``, else
 #: ``"triton"``), and its gpt-oss adjustment sets trtllm_mha on SM100, FA3 on SM90 and
 #: Triton elsewhere (sgl-project/sglang ``server_args``, ``_handle_gpt_oss_family``).
-_SGLANG_SINKS = "SGLang, a model with attention sinks off Hopper and Blackwell: Triton " \
-                "(sgl-project/sglang server_args: FlashInfer only without sinks; gpt-oss: " \
-                "trtllm_mha on SM100, fa3 on SM90, else triton)"
+#: vLLM's FlashAttention takes sinks only in its Hopper FA3 build ("S aux only supported on
+#: Hopper") and its gpt-oss recipe says "GPT-OSS works on Ampere devices by default, using
+#: the TRITON_ATTN attention backend" (vllm-project/recipes OpenAI/GPT-OSS.md).
+_SINKS_TRITON: dict[str, str] = {
+    "sglang": "SGLang, a model with attention sinks off Hopper and Blackwell: Triton "
+              "(sgl-project/sglang server_args: FlashInfer only without sinks; gpt-oss: "
+              "trtllm_mha on SM100, fa3 on SM90, else triton)",
+    "vllm": "vLLM, a model with attention sinks where its flash backend is FA2: Triton "
+            "(vllm-project/recipes GPT-OSS: 'works on Ampere devices by default, using the "
+            "TRITON_ATTN attention backend'; FA takes sinks on Hopper only)",
+}
 
 #: Why SGLang runs FlashInfer on SM120: trtllm-gen's kernels need SM100's tcgen05 (only
 #: SM100/SM103 cubins exist) and sgl-kernel's FlashAttention-3 is built for SM80-SM90, so

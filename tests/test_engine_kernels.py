@@ -1300,9 +1300,11 @@ def test_sglang_on_ampere_runs_its_default_flashinfer_backend(kv: str) -> None:
     assert (label.impl, label.tensor_core_min_group) == ("flash3", 0.0)
 
 
-def test_sglang_runs_triton_for_attention_sinks_where_it_would_run_flashinfer() -> None:
+def test_attention_sinks_run_triton_where_an_engine_would_run_fa2_or_flashinfer() -> None:
     """SGLang picks FlashInfer only for models without attention sinks; gpt-oss runs
-    trtllm_mha on SM100, FA3 on SM90 and Triton elsewhere (its server args)."""
+    trtllm_mha on SM100, FA3 on SM90 and Triton elsewhere (its server args). vLLM's
+    FlashAttention takes sinks on Hopper only; gpt-oss runs TRITON_ATTN on Ampere (its
+    recipe)."""
     for arch, plain, sinks in (("ampere", "flashinfer", "triton"),
                                ("ada", "flashinfer", "triton"),
                                ("blackwell-consumer", "flashinfer", "triton"),
@@ -1311,10 +1313,16 @@ def test_sglang_runs_triton_for_attention_sinks_where_it_would_run_flashinfer() 
         for phase in ("prefill", "decode"):
             assert attention_kernel("sglang", arch, phase, group=8.0).impl == plain
             assert attention_kernel("sglang", arch, phase, group=8.0, sinks=True).impl == sinks
-    # the other engines' choices do not depend on it
-    for engine in ("trtllm", "vllm"):
-        assert attention_kernel(engine, "ada", "decode", group=8.0, sinks=True) == \
-            attention_kernel(engine, "ada", "decode", group=8.0)
+    for arch, plain, sinks in (("ampere", "flash2", "triton"), ("ada", "flash2", "triton"),
+                               ("hopper", "flash3", "flash3"),
+                               ("blackwell", "trtllm-gen", "trtllm-gen")):
+        assert attention_kernel("vllm", arch, "decode", group=8.0).impl == plain
+        assert attention_kernel("vllm", arch, "decode", group=8.0, sinks=True).impl == sinks
+    # vLLM over an fp8 cache off Hopper (FlashInfer) too
+    assert attention_kernel("vllm", "ada", "decode", kv_dtype="fp8", sinks=True).impl == "triton"
+    # TensorRT-LLM's own kernels take sinks (AIConfigurator's gpt-oss rows)
+    assert attention_kernel("trtllm", "ada", "decode", group=8.0, sinks=True) == \
+        attention_kernel("trtllm", "ada", "decode", group=8.0)
     oss = pm.load_model("gpt-oss-20b")
     assert oss.attention_sinks
     p = pm.predict_model(oss, "l40s", phase="decode", batch=8, context_len=4096,
