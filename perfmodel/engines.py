@@ -311,9 +311,10 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
                            tensor_core_min_group=_SGLANG_TENSOR_CORE_GROUP)
 
 
-#: SGLang's attention backend on Ampere: its default for MHA models is FA3 on Hopper and
-#: otherwise FlashInfer where it is installed (Triton if not): sgl-project/sglang
-#: ``model_runner`` / ``server_args`` (``is_hopper_with_cuda_12_3() ... "fa3"``, else
+#: SGLang's attention backend on Ampere: its default for MHA models is FA3 on Hopper,
+#: trtllm_mha on SM100 (current versions) and otherwise FlashInfer where it is installed
+#: (Triton if not): sgl-project/sglang ``model_runner`` / ``server_args``
+#: (``is_hopper_with_cuda_12_3() ... "fa3"``, ``is_sm100_supported() ... "trtllm_mha"``, else
 #: ``"flashinfer" if is_flashinfer_available() else "triton"``) and its attention-backend
 #: page ("FlashInfer (Default for Non-Hopper Machines, e.g., A100, A40)"). AIConfigurator's
 #: A100 rows are its FlashAttention backend because its collector builds that backend on
