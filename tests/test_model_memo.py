@@ -144,3 +144,56 @@ def test_tp_sweep_under_an_engine_predicts() -> None:
         one = pm.predict_model("llama-3.1-70b", "h100-sxm", phase="prefill",
                                prompt_len=1024, tp=float(t), engine="trtllm")
         np.testing.assert_allclose(np.asarray(r.latency_s)[i], one.latency_s, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ per-op memo
+def _fresh(*args: Any, **kw: Any) -> pm.ModelPrediction:
+    predict_mod.MEMO.clear()
+    return pm.predict_model(*args, **kw)
+
+
+@pytest.mark.parametrize(("model", "gpu", "engine"), [
+    ("llama-3.1-8b", "h100-sxm", "none"), ("mixtral-8x7b", "a100-80gb-sxm", "vllm"),
+    ("gpt-oss-20b", "l40s", "sglang"), ("llama-3.1-70b", "b200", "trtllm")])
+def test_op_memo_changes_no_figure(model: str, gpu: str, engine: str) -> None:
+    """A whole model predicted with the per-op memo warm (another prompt length's decode
+    ops already in it) equals the same prediction made with the memo empty."""
+    from perfmodel.models.evaluate import OP_MEMO
+
+    kw = {**KW, "engine": engine}
+    OP_MEMO.clear()
+    cold = _fresh(model, gpu, **kw)
+    _fresh(model, gpu, **{**kw, "prompt_len": 777})
+    warm = _fresh(model, gpu, **kw)
+    assert _figures(warm) == _figures(cold)
+
+
+def test_op_memo_answers_the_ops_another_prompt_length_shares(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another prompt length repeats every decode-step op but attention: those come from
+    the per-op memo, so fewer predictions are made; an edited spec (its bandwidth) gets
+    its own entries and its own figures."""
+    from perfmodel.models import evaluate
+    from perfmodel.models.evaluate import OP_MEMO
+
+    calls: list[str] = []
+    real = evaluate.predict  # type: ignore[attr-defined]
+
+    def counting(op: Any, hw: Any, **kw: Any) -> Any:
+        calls.append(op.name)
+        return real(op, hw, **kw)
+
+    monkeypatch.setattr(evaluate, "predict", counting)
+    OP_MEMO.clear()
+    hw = pm.load_hardware("a100-80gb-sxm")
+    _fresh("llama-2-7b", hw, phase="generate", batch=1, prompt_len=2049, gen_len=256)
+    first = len(calls)
+    calls.clear()
+    a = _fresh("llama-2-7b", hw, phase="generate", batch=1, prompt_len=2050, gen_len=256)
+    assert 0 < len(calls) < first
+    slower = hw.model_copy(update={"memory": hw.memory.model_copy(
+        update={"bandwidth": hw.memory.bandwidth / 2})})
+    calls.clear()
+    b = _fresh("llama-2-7b", slower, phase="generate", batch=1, prompt_len=2050, gen_len=256)
+    assert len(calls) == first  # nothing shared with the other spec's entries
+    assert b.tpot_s > 1.5 * a.tpot_s

@@ -45,6 +45,7 @@ from perfmodel.engines import (
 )
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
+from perfmodel.models.memo import Memo, spec_token
 from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
 from perfmodel.ops.cost import Array
 from perfmodel.ops.registry import op_class
@@ -275,15 +276,26 @@ def _column(x: Any, shape: tuple[int, ...], size: int) -> list[float]:
     return out
 
 
+#: Scalar op predictions by value, across whole-model calls: the key is the op's class,
+#: its fields, the traffic ratio, the spec's value token (:func:`spec_token`) and the run
+#: context; an entry is the prediction's fields, bottleneck and op name (floats, strings). A
+#: tool asking for many prompt lengths repeats every decode-step op but attention (a
+#: Llama-2-7B generate prediction: 11 of its 25 scalar predictions), which a hit answers.
+#: Like :data:`perfmodel.models.predict.MEMO` it assumes the bundled model constants do not
+#: change within a process.
+OP_MEMO: Memo[tuple[list[float], str, str]] = Memo(4096)
+
+
 def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
                   group: list[tuple[int, int, dict[str, Any], Any]],
                   graphs: list[tuple[list[GraphOp], tuple[int, ...]]], hw: HardwareSpec,
                   context: RunContext | None, out_vals: list[Array], out_labels: list[Any],
-                  kinds: list[list[str]]) -> None:
+                  kinds: list[list[str]], token: int) -> None:
     """Predict a small op group shape by shape on plain floats (:data:`_SCALAR_MAX`): each
-    distinct (shape fields, traffic ratio) once, written into every instance's column."""
+    distinct (shape fields, traffic ratio) once, written into every instance's column;
+    a shape predicted before for the spec of value ``token`` comes from :data:`OP_MEMO`."""
     shape_f = _shape_fields(cls)
-    done: dict[tuple[float, ...], tuple[list[float], str]] = {}
+    done: dict[tuple[float, ...], tuple[list[float], str, str]] = {}
     name = ""
     for gi, oi, args, ratio in group:
         shape = graphs[gi][1]
@@ -298,13 +310,18 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
             key = (*fields, math.nan if r is None else r)
             hit = done.get(key)
             if hit is None:
-                op: Op = cls(**dict(static), **dict(zip(names, fields, strict=True)))
-                p = predict(op, hw, context=context)
-                if r is not None:
-                    p = _adjust(p, np.asarray(r), hw, "gemm" if cls is Gemm else "attention",
-                                op)
-                hit = done[key] = ([float(getattr(p, f)) for f in FIELDS], str(p.bottleneck))
-                name = op.name
+                memo_key = (cls, static, tuple(names), key, token, context)
+                hit = OP_MEMO.get(memo_key)
+                if hit is None:
+                    op: Op = cls(**dict(static), **dict(zip(names, fields, strict=True)))
+                    p = predict(op, hw, context=context)
+                    if r is not None:
+                        p = _adjust(p, np.asarray(r), hw,
+                                    "gemm" if cls is Gemm else "attention", op)
+                    hit = ([float(getattr(p, f)) for f in FIELDS], str(p.bottleneck), op.name)
+                    OP_MEMO.put(memo_key, hit)
+                done[key] = hit
+            name = hit[2]
             values.append(hit[0])
             labels.append(hit[1])
         if values:
@@ -437,11 +454,13 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
     out_labels = [np.empty((len(graph), math.prod(shape)), dtype="<U8")
                   for graph, shape in graphs]
     kinds: list[list[str]] = [[""] * len(graph) for graph, _ in graphs]
+    token = spec_token(hw)
     for (cls, static), group in members.items():
         shape_f = _shape_fields(cls)
         sizes = [math.prod(graphs[gi][1]) for gi, _, _, _ in group]
         if 0 < sum(sizes) <= _SCALAR_MAX and cls is not AllReduce:
-            _group_scalar(cls, static, group, graphs, hw, context, out_vals, out_labels, kinds)
+            _group_scalar(cls, static, group, graphs, hw, context, out_vals, out_labels, kinds,
+                          token)
             continue
         flat: dict[str, Array] = {}
         for name in sorted({k for _, _, args, _ in group for k in args if k in shape_f}):
