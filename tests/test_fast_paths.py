@@ -159,6 +159,29 @@ def test_distinct_finds_repeated_columns() -> None:
     np.testing.assert_array_equal(np.asarray(out["n"])[inverse], flat["n"])
 
 
+@pytest.mark.parametrize("varying", [0, 1, 2, 4])
+def test_distinct_columns_of_random_groups(varying: int) -> None:
+    """Groups with none, one or several fields varying (with repeats), and a traffic ratio:
+    the distinct columns are those of a set of tuples, and indexing them with the inverse
+    gives every instance back."""
+    rng = np.random.default_rng(varying)
+    total = 600
+    flat = {f"f{i}": (rng.integers(1, 5, total).astype(float) * 64.0 if i < varying
+                      else np.full(total, 128.0 * (i + 1))) for i in range(5)}
+    ratio = rng.choice([1.0, 0.5], total) if varying else np.ones(total)
+    out, new_ratio, inverse = evaluate._distinct(flat, ratio, total)
+    names = sorted(flat)
+    columns = set(zip(*(flat[n] for n in names), ratio, strict=True))
+    if inverse is None:  # every column distinct
+        assert len(columns) == total
+        return
+    for n in names:
+        np.testing.assert_array_equal(np.atleast_1d(out[n])[inverse], flat[n])
+    assert new_ratio is not None
+    np.testing.assert_array_equal(np.atleast_1d(new_ratio)[inverse], ratio)
+    assert np.atleast_1d(out[names[0]]).size == len(columns)
+
+
 def test_registry_covers_every_op_class() -> None:
     classes = {Gemm, Attention, Elementwise, Norm, Activation, Rotary, Softmax, Embedding,
                AllReduce}

@@ -246,9 +246,20 @@ def _distinct(flat: dict[str, Array], ratio: Array | None, total: int
     names = sorted(flat)
     cols = [flat[n] for n in names] + ([] if ratio is None else [ratio])
     table = np.stack(cols)
-    # one void scalar per column: a 1-d unique, far cheaper than np.unique(axis=1)
-    keys = np.ascontiguousarray(table.T).view(np.dtype((np.void, 8 * len(cols)))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    # only the fields that vary decide; their columns sorted together (a stable lexsort:
+    # the first of equal columns leads its run), a new run wherever a field changes
+    varying = table[np.any(table != table[:, :1], axis=1)]
+    if varying.shape[0] == 0:
+        first, inverse = np.zeros(1, dtype=np.intp), np.zeros(total, dtype=np.intp)
+    else:
+        order = np.lexsort(varying[::-1])
+        ordered = varying[:, order]
+        new = np.empty(total, dtype=bool)
+        new[0] = True
+        np.any(ordered[:, 1:] != ordered[:, :-1], axis=0, out=new[1:])
+        inverse = np.empty(total, dtype=np.intp)
+        inverse[order] = np.cumsum(new) - 1
+        first = order[new]
     if first.size == total:
         return flat, ratio, None
     uniq = table[:, first]
