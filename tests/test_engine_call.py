@@ -116,3 +116,13 @@ def test_cli_engine_prediction_is_the_api_one(capsys: pytest.CaptureFixture[str]
     op = pm.engine_call(pm.Attention(**{**DECODE, "kv_heads": 8}), "trtllm", "b200")
     p = pm.predict(op, "b200", context=pm.RunContext(engine="trtllm", launch="graph"))
     assert out["latency_s"] == pytest.approx(float(p.latency_s), rel=1e-12)
+
+
+def test_cli_sinks_flag_takes_the_engines_backend_for_sinks(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["predict", "attention", "--gpu", "l40s", "--batch", "8", "--heads", "64",
+            "--kv-heads", "8", "--seq-q", "1", "--seq-kv", "4096", "--head-dim", "64",
+            "--causal", "--dtype", "bf16", "--engine", "sglang", "--launch", "graph", "--json"]
+    plain, sinks = _cli(base, capsys), _cli([*base, "--sinks"], capsys)
+    assert plain["details"]["impl"] == "flashinfer"  # type: ignore[index]
+    assert sinks["details"]["impl"] == "triton"  # type: ignore[index]

@@ -225,6 +225,10 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
                    help="the call first writes the new K/V into the paged cache (a kernel)")
     p.add_argument("--rope", action="store_true",
                    help="that pre-processing kernel also applies RoPE to Q and K")
+    p.add_argument("--sinks", action="store_true",
+                   help="the model's attention has sinks (gpt-oss): with --engine, the "
+                        "backend the engine runs for them (vLLM and SGLang: Triton where "
+                        "they would run FA2 or FlashInfer)")
 
 
 def _build_attention(a: argparse.Namespace) -> Op:
@@ -234,7 +238,7 @@ def _build_attention(a: argparse.Namespace) -> Op:
                      impl=a.impl or "flash", num_splits=a.num_splits, kv_write=a.kv_write,
                      rope=a.rope)
     if a.engine:
-        call = engine_call(attn, a.engine, a.hw_for_engine)
+        call = engine_call(attn, a.engine, a.hw_for_engine, sinks=a.sinks)
         if a.impl and a.impl != call.impl:
             # --impl names another kernel: the engine's call around it (KV write, RoPE,
             # split rule) stays, the chosen kernel's own traits do not
