@@ -6,8 +6,10 @@ family an op should name (``impl``) and to what one engine call contains (activa
 quantization before a quantized GEMM; the pre-processing kernel before attention). The
 choices follow the kernels NVIDIA AIConfigurator's collectors recorded for each engine
 (``ks=`` labels in its database; "Kernels per GPU" in ``perfmodel/data/measurements/README.md``,
-beside a cited subset of its rows) and the engines' documentation; each choice names its
-source.
+beside a cited subset of its rows) and the engines' documentation and default-selection
+code; where a collector ran a backend the engine would not choose by default (SGLang's
+FlashAttention backend on an A100), the profile takes the engine's default and the rows
+keep their recorded kernel. Each choice names its source.
 
 Where a measurement row records the kernel the engine dispatched (``kernel`` column),
 :func:`attention_kernel_for_label` / :func:`gemm_kernel_for_label` map that label; for a
