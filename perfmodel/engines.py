@@ -180,7 +180,7 @@ def engine_refusal(engine: str, arch: str) -> PerfmodelError | None:
     why = _not_built(eng, arch)
     if why is None:
         return None
-    runs = [e for e in ("trtllm", "vllm", "sglang") if _not_built(e, arch) is None]
+    runs = [e for e in ENGINES[1:] if _not_built(e, arch) is None]
     fix = f"use --engine {' or '.join(runs)}, or none" if runs else \
         "use --engine none (PyTorch's kernels: the architecture's native ones)"
     return PerfmodelError("engine", f"{why}, and this GPU's architecture is {arch}", fix)

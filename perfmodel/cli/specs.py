@@ -314,10 +314,10 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
     for prefill and decode (a GQA group of 4, over a 16-bit and an fp8 KV cache where the
     GPU has fp8) and the GEMM of each quantization scheme the GPU has a peak for; where it
     does not, why (:func:`perfmodel.engines.engine_refusal`)."""
-    from perfmodel.engines import attention_kernel, engine_refusal, gemm_kernel
+    from perfmodel.engines import ENGINES, attention_kernel, engine_refusal, gemm_kernel
 
     out: dict[str, dict[str, Any]] = {}
-    for engine in ("trtllm", "vllm", "sglang"):
+    for engine in ENGINES[1:]:  # the named engines (not "none")
         refusal = engine_refusal(engine, hw.arch)
         if refusal is not None:
             out[engine] = {"runs": False, "why": refusal.problem}

@@ -100,8 +100,6 @@ _MMA_ROWS = 16.0
 _SHAPE = ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "value_dim")
 
 
-
-
 def _wide_heads(op: Attention) -> bool:
     """Whether every row's head (query/key or value) is wider than FlashAttention-2/3's
     widest (:data:`perfmodel.engines.FA_MAX_HEAD_DIM`); a call mixing such rows with
