@@ -77,11 +77,15 @@ the whole batch (a linear layer's weight); --bias: an epilogue bias vector of le
       --seq-q 2048 --head-dim 128 --causal --dtype bf16 --kernel fmha-v2 --kv-write --rope
   perfmodel predict attention --gpu b200 --batch 64 --heads 32 --kv-heads 8 --seq-q 1 \
       --seq-kv 4096 --head-dim 128 --dtype bf16 --engine trtllm --launch graph
+  perfmodel predict attention --gpu h100-sxm --batch 64 --heads 128 --kv-heads 1 \
+      --seq-q 1 --seq-kv 4096 --head-dim 576 --value-dim 512 --dtype bf16 --impl mla \
+      --shared-kv                                     (DeepSeek MLA decode, latent cache)
 --impl/--kernel: flash (the fused kernel native to the GPU), flash2, flash3 (its SM8x build
 on Ampere and Ada; none for Blackwell, where it means FA4's kernel), flash4, paged
 (FA2 paged-KV), fmha-v2 and xqa (TensorRT-LLM before Blackwell), trtllm-gen (Blackwell),
 flashinfer, flashinfer-sm100 (its Blackwell backends), triton, mem-efficient (PyTorch's
-memory-efficient SDPA kernel; the native one before Ampere), naive (unfused path: QK^T,
+memory-efficient SDPA kernel; the native one before Ampere), mla (the engines' multi-head
+latent attention decode kernels, with --shared-kv), naive (unfused path: QK^T,
 scale/mask, softmax, PV), math (PyTorch's MATH backend: the unfused path in fp32).
 --num-splits: split-KV factor, auto (the library heuristic) or an integer >= 1.
 --engine trtllm|vllm|sglang: the engine's kernel for this GPU, its KV-cache write (and RoPE)
@@ -218,13 +222,17 @@ def _add_attention(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", "--kernel", dest="impl", default=None,
                    help="kernel family: flash (native), flash2, flash3, flash4, paged, "
                         "fmha-v2, xqa, trtllm-gen, flashinfer, flashinfer-sm100, triton, "
-                        "naive (default flash, or the --engine's choice)")
+                        "mla, naive (default flash, or the --engine's choice)")
     p.add_argument("--num-splits", type=_splits, default="auto",
                    help="split-KV factor: auto or an integer >= 1 (default auto)")
     p.add_argument("--kv-write", action="store_true",
                    help="the call first writes the new K/V into the paged cache (a kernel)")
     p.add_argument("--rope", action="store_true",
                    help="that pre-processing kernel also applies RoPE to Q and K")
+    p.add_argument("--shared-kv", action="store_true",
+                   help="K and V are one cached vector per token, V its first --value-dim "
+                        "elements (multi-head latent attention's latent cache, e.g. "
+                        "--kv-heads 1 --head-dim 576 --value-dim 512 --impl mla)")
     p.add_argument("--sinks", action="store_true",
                    help="the model's attention has sinks (gpt-oss): with --engine, the "
                         "backend the engine runs for them (vLLM and SGLang: Triton where "
@@ -236,7 +244,7 @@ def _build_attention(a: argparse.Namespace) -> Op:
                      seq_kv=a.seq_kv, head_dim=a.head_dim, value_dim=a.value_dim,
                      causal=a.causal, dtype=a.dtype, kv_dtype=a.kv_dtype,
                      impl=a.impl or "flash", num_splits=a.num_splits, kv_write=a.kv_write,
-                     rope=a.rope)
+                     rope=a.rope, shared_kv=a.shared_kv)
     if a.engine:
         call = engine_call(attn, a.engine, a.hw_for_engine, sinks=a.sinks)
         if a.impl and a.impl != call.impl:

@@ -2,6 +2,11 @@
 
 Notation: B batch, H_q query heads, H_kv key/value heads, S_q queries, S_kv keys,
 D head dim, D_v value dim, s / s_kv bytes per element of Q,O / K,V.
+
+Multi-head latent attention (DeepSeek-V2/V3's MLA) decodes over a compressed cache: one
+latent vector of D elements per token, shared by every query head, whose first D_v elements
+are also the values. Written as attention that is MQA (H_kv = 1) with ``shared_kv``: K and
+V are that one vector, read once (D elements per token, not D + D_v).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ __all__ = ["IMPLS", "UNFUSED_IMPLS", "Attention", "causal_pairs", "computed_pair
 
 Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "math", "fmha-v2",
                "xqa", "mmha", "trtllm-gen", "flashinfer", "flashinfer-sm100", "triton",
-               "mem-efficient"]
+               "mem-efficient", "mla"]
 #: Kernel families. ``flash`` is the fused kernel native to the architecture (PyTorch's
 #: memory-efficient kernel before Ampere, FA2-class on Ampere and Ada, FA3/cuDNN-class on
 #: Hopper, FA4's kernel on Blackwell);
@@ -47,7 +52,7 @@ Impl = Literal["flash", "flash2", "flash3", "flash4", "paged", "naive", "math", 
 #: Each family's traits: :mod:`perfmodel.timing.kernels`.
 IMPLS: tuple[str, ...] = ("flash", "flash2", "flash3", "flash4", "paged", "naive", "math",
                           "fmha-v2", "xqa", "mmha", "trtllm-gen", "flashinfer",
-                          "flashinfer-sm100", "triton", "mem-efficient")
+                          "flashinfer-sm100", "triton", "mem-efficient", "mla")
 #: Kernel paths that run attention as several unfused kernels (:meth:`Attention.naive_stages`).
 UNFUSED_IMPLS: tuple[str, ...] = ("naive", "math")
 _IMPL_SET = frozenset(IMPLS)
@@ -102,16 +107,18 @@ def o_bytes(batch: Any, heads: Any, seq_q: Any, value_dim: Any, s: float) -> Any
 
 
 def kv_bytes(batch: Any, kv_heads: Any, seq_kv: Any, head_dim: Any, value_dim: Any,
-             s_kv: float) -> Any:
+             s_kv: float, shared: bool = False) -> Any:
     """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes (the KV cache in decode; per
-    token and layer of a cache, B = S_kv = 1)."""
-    return batch * kv_heads * seq_kv * (head_dim + value_dim) * s_kv
+    token and layer of a cache, B = S_kv = 1); with ``shared`` (an MLA latent cache, V the
+    first D_v elements of K) B·H_kv·S_kv·D·s_kv."""
+    width = head_dim if shared else head_dim + value_dim
+    return batch * kv_heads * seq_kv * width * s_kv
 
 
 def flash_bytes(batch: Any, heads: Any, kv_heads: Any, seq_q: Any, seq_kv: Any,
                 head_dim: Any, value_dim: Any, causal: bool, s: float, s_kv: float,
                 q_tile: Any, heads_in_flight: Any, cache_bytes: float,
-                ops: Ops = VECTOR) -> Any:
+                ops: Ops = VECTOR, shared_kv: bool = False) -> Any:
     """Device-memory traffic of a fused (flash) kernel, bytes.
 
     Q read once and O written once. Each query tile streams the K/V rows it may see;
@@ -119,9 +126,9 @@ def flash_bytes(batch: Any, heads: Any, kv_heads: Any, seq_q: Any, seq_kv: Any,
     ``heads_in_flight`` heads resident at once fit in ``cache_bytes``, K/V come from HBM
     once; otherwise the missing fraction is re-read by each of the ⌈S_q/q_tile⌉ query
     tiles (causal: on average half of the visible keys). The S_q×S_kv score matrix never
-    reaches HBM.
+    reaches HBM. K/V as :func:`kv_bytes` (``shared_kv``: one latent vector per token).
     """
-    kv = kv_bytes(batch, kv_heads, seq_kv, head_dim, value_dim, s_kv)
+    kv = kv_bytes(batch, kv_heads, seq_kv, head_dim, value_dim, s_kv, shared_kv)
     q_tiles = ops.ceil(seq_q / q_tile)
     per_head = kv / (batch * kv_heads)
     working = per_head * ops.maximum(heads_in_flight, 1.0)
@@ -144,6 +151,11 @@ class Attention:
     writes the S_q new keys and values into the paged KV cache (one kernel), with ``rope``
     that kernel also rotates Q and K (TensorRT-LLM's QKV pre-processing):
     :meth:`prologue_stage`.
+
+    ``shared_kv``: K and V are one cached vector of D elements per token and KV head, the
+    values its first D_v (multi-head latent attention's compressed cache, decoded with the
+    up-projections absorbed into Q and O): K/V bytes count D per token, FLOPs stay
+    2·pairs·(D + D_v) (QKᵀ over D, PV over D_v).
     """
 
     batch: Array
@@ -171,13 +183,16 @@ class Attention:
     per KV head for which a one-token query over a 16-bit cache runs the tensor-core kernel;
     smaller groups run the CUDA-core one. 0 (default): always the tensor-core kernel.
     SGLang calls FlashInfer with 4 (``should_use_tensor_core``: fp8 cache, or G ≥ 4)."""
+    shared_kv: bool
+    """K and V are one cached vector per token (an MLA latent cache; V its first D_v
+    elements): the cache holds D elements per token and KV head, not D + D_v."""
 
     def __init__(self, batch: Any = 1, heads: Any = 32, kv_heads: Any = None, seq_q: Any = 2048,
                  seq_kv: Any = None, head_dim: Any = 128, value_dim: Any = None,
                  causal: bool = False, dtype: str = "bf16", kv_dtype: str | None = None,
                  impl: str = "flash", num_splits: int | str = "auto", kv_write: bool = False,
                  rope: bool = False, phase: str = "auto",
-                 tensor_core_min_group: float = 0.0) -> None:
+                 tensor_core_min_group: float = 0.0, shared_kv: bool = False) -> None:
         b_, h_ = as_size(batch, "batch"), as_size(heads, "heads")
         hkv = as_size(heads if kv_heads is None else kv_heads, "kv_heads")
         sq = as_size(seq_q, "seq_q")
@@ -219,7 +234,7 @@ class Attention:
                              head_dim=d, value_dim=dv, causal=bool(causal), dtype=dt,
                              kv_dtype=kv_dt, impl=key, num_splits=num_splits,
                              kv_write=bool(kv_write), rope=bool(rope), phase=phase,
-                             tensor_core_min_group=tc_group)
+                             tensor_core_min_group=tc_group, shared_kv=bool(shared_kv))
 
     @property
     def name(self) -> str:
@@ -258,10 +273,11 @@ class Attention:
                                   bytes_per_element(self.dtype)), dtype=np.float64)
 
     def kv_bytes(self) -> Array:
-        """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes (:func:`kv_bytes`)."""
+        """K and V read once: B·H_kv·S_kv·(D + D_v)·s_kv bytes, D per token with
+        ``shared_kv`` (:func:`kv_bytes`)."""
         return np.asarray(kv_bytes(self.batch, self.kv_heads, self.seq_kv, self.head_dim,
-                                   self.value_dim, bytes_per_element(self.kv_dtype)),
-                          dtype=np.float64)
+                                   self.value_dim, bytes_per_element(self.kv_dtype),
+                                   self.shared_kv), dtype=np.float64)
 
     def bytes_min(self) -> Array:
         """Q and K/V read once, O written once, bytes (every key is visible to the last
@@ -279,8 +295,8 @@ class Attention:
         return np.asarray(flash_bytes(
             self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_kv, self.head_dim,
             self.value_dim, self.causal, bytes_per_element(self.dtype),
-            bytes_per_element(self.kv_dtype), q_tile, heads_in_flight, cache_bytes),
-            dtype=np.float64)
+            bytes_per_element(self.kv_dtype), q_tile, heads_in_flight, cache_bytes,
+            shared_kv=self.shared_kv), dtype=np.float64)
 
     def cost(self) -> Cost:
         """Hardware-free cost of the fused path with minimum traffic (see ``naive_stages``
@@ -306,11 +322,13 @@ class Attention:
         """The pre-processing kernel of an engine call, or None: reads the new K and V
         (and Q with ``rope``) in ``dtype``-width activations, writes K and V into the cache
         in ``kv_dtype`` (and Q back with ``rope``); RoPE costs ~6 vector operations per
-        rotated element. Elements: B·S_q·(2·H_kv·D [+ H_q·D]). The activations arrive in
-        bf16 (2 bytes) whatever the compute dtype."""
+        rotated element. Elements: B·S_q·(H_kv·(D + D_v) [+ H_q·D]), H_kv·D for a
+        ``shared_kv`` cache. The activations arrive in bf16 (2 bytes) whatever the compute
+        dtype."""
         if not (self.kv_write or self.rope):
             return None
-        kv = self.batch * self.seq_q * self.kv_heads * (self.head_dim + self.value_dim)
+        width = self.head_dim if self.shared_kv else self.head_dim + self.value_dim
+        kv = self.batch * self.seq_q * self.kv_heads * width
         q = self.batch * self.seq_q * self.heads * self.head_dim if self.rope else 0.0
         numel = np.asarray(kv + q, dtype=np.float64)
         s_kv = bytes_per_element(self.kv_dtype)

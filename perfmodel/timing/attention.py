@@ -258,7 +258,9 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     s_kv = bytes_per_element(op.kv_dtype)
     smem = k.smem_per_unit
     q_t, kv_t = _tiles(fam, arch, d, s, smem)
-    need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
+    # elements a K/V tile row holds: K and V, or one latent vector (Attention.shared_kv)
+    kv_width = d if op.shared_kv else d + dv
+    need = (q_t * d + 2.0 * kv_t * kv_width) * s
     per_unit = 1.0 if fam.persistent else ops.clip(ops.floor(smem / need), 1.0, 2.0)
 
     group = heads / kv_heads
@@ -345,7 +347,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     t_soft = all_pairs * (1.0 / k.sfu_rate + k.family.softmax_vector_ops / k.vector_op_rate)
     if op.kv_dtype == "fp8" and not fp8:
         # the bf16 kernel converts every K/V element it loads
-        loaded = tiles * k_pad * (d + dv) * ops.where(packed, 1.0, 1.0 / group)
+        loaded = tiles * k_pad * kv_width * ops.where(packed, 1.0, 1.0 / group)
         t_soft = t_soft + loaded * attn_constant(impl, "dequant_ops", arch, consts) \
             / k.vector_op_rate
     ov = k.fa3_softmax_overlap if impl in OVERLAPPED_SOFTMAX else k.softmax_overlap
@@ -356,11 +358,11 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
 
     heads_in_flight = ops.maximum(slots / ops.maximum(base / (batch * heads), 1.0), 1.0)
     traffic = flash_bytes(batch, heads, kv_heads, seq_q, seq_kv, d, dv, op.causal, s, s_kv,
-                          q_t, heads_in_flight, k.l2_bytes, ops)
+                          q_t, heads_in_flight, k.l2_bytes, ops, op.shared_kv)
     partial = ops.where(splits > 1, 2.0 * batch * heads * seq_q * splits * (dv + 2.0) * 4.0,
                         0.0)
     # the fallback kernel of an over-large group reads each KV head once per query head
-    kv = kv_bytes(batch, kv_heads, seq_kv, d, dv, s_kv)
+    kv = kv_bytes(batch, kv_heads, seq_kv, d, dv, s_kv, op.shared_kv)
     traffic = traffic + ops.where(fallback, (group - 1.0) * kv, 0.0) + partial
     q = q_bytes(batch, heads, seq_q, d, s)
     o = o_bytes(batch, heads, seq_q, dv, s)

@@ -15,7 +15,8 @@
   and query heads per KV head; the KV-cache write (and TensorRT-LLM's RoPE) in a kernel of
   their own; the engine's split-KV rule where the op leaves it ``auto``; FlashInfer's
   CUDA-core decode threshold; and fp8 compute over an fp8 KV cache where the engine's
-  kernel computes so and the GPU has an fp8 peak.
+  kernel computes so and the GPU has an fp8 peak; an attention over a ``shared_kv``
+  (multi-head latent) cache runs the engines' MLA decode family, ``mla``.
 
 Predict the result with ``RunContext(engine=engine, launch="graph")`` (how the engines
 replay their decode steps) to add the engine's own bookkeeping per call. An engine on a GPU
@@ -71,6 +72,10 @@ def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str, *,
                            out_dtype="bf16" if op.out_dtype == op.dtype else op.out_dtype)
         return dataclasses.replace(op, **changes)
     if isinstance(op, Attention):
+        if op.shared_kv:
+            # an MLA latent cache: the engines' MLA decode kernels (the ``mla`` family),
+            # with the latent's write where the op asks for it
+            return dataclasses.replace(op, impl="mla" if op.impl == "flash" else op.impl)
         phase = op.phase if op.phase != "auto" else (
             "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill")
         group = float(np.max(np.asarray(op.heads) / np.asarray(op.kv_heads)))

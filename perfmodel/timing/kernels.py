@@ -482,6 +482,27 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
         "of the achievable one, against 0.82 / 0.20 / 0.26 without it" + _SYNC,
         max_splits=8.0,
         prefill_packs=False, sync_mma=True, pools_into_class=False),
+    AttentionFamily("mla", True, ((("blackwell",), 1e9, 128, 128), (_ANY, 1e9, 64, 64)),
+                    "always", "auto",
+                    "The engines' absorbed multi-head latent attention decode kernels "
+                    "(DeepSeek-V2/V3 MLA over a latent cache of 576 elements per token: "
+                    "Attention.shared_kv): every query head of a sequence shares the one "
+                    "latent KV head, so the heads are packed into the rows of a tile and the "
+                    "cache is read once per 64 heads. FlashMLA on Hopper (deepseek-ai/"
+                    "FlashMLA README and csrc: 64 query heads per CTA tile, 64-key paged "
+                    "blocks, split-KV over the SMs by its tile-scheduler metadata, "
+                    "warp-specialised warpgroups; 'up to 3000 GB/s memory-bound and 580 "
+                    "TFLOPS compute-bound on H800 SXM5'); TensorRT-LLM's trtllm-gen and "
+                    "FlashInfer's CUTLASS MLA kernels on Blackwell (128-row tiles, two SMs' "
+                    "tensor memory). Persistent. On Ampere and Ada the engines run "
+                    "FlashInfer's MLA decode (its FA2-template kernels, ``flashinfer`` "
+                    "there), before Ampere Triton's (vLLM's TritonMLA). No rate of these "
+                    "kernels is fitted (no public per-kernel measurements in the project's "
+                    "data): its constants are FA3's, then trtllm-gen's (its kin)",
+                    kin=("flash3", "trtllm-gen"),
+                    built_as=(("ampere", "flashinfer"), ("ada", "flashinfer"),
+                              ("blackwell-consumer", "flashinfer"), ("turing", "triton"),
+                              ("volta", "triton"))),
     # rules naming the NVIDIA architectures are the kernels' own sizes (not halved for
     # shared memory, as an architecture-agnostic rule is)
     AttentionFamily("mem-efficient", False, ((NVIDIA_ARCHS, 64, 64, 64),
@@ -515,7 +536,8 @@ def tile_efficiency(q_tile: Any, kv_tile: Any, ops: Ops = VECTOR) -> Any:
 
 
 #: The kernel families whose softmax overlaps the matrix work (FA3-class scheduling).
-OVERLAPPED_SOFTMAX = ("flash3", "flash4", "flash4-sm90", "trtllm-gen", "flashinfer-sm100")
+OVERLAPPED_SOFTMAX = ("flash3", "flash4", "flash4-sm90", "trtllm-gen", "flashinfer-sm100",
+                      "mla")
 
 
 def attention_family(impl: str) -> AttentionFamily:

@@ -1,0 +1,64 @@
+"""Attention over a multi-head latent cache (``Attention.shared_kv``) and the engines' MLA
+decode family (``mla``): bytes and FLOPs by hand, the cache write, the CLI, engine calls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import perfmodel as pm
+from perfmodel.engines import ENGINES
+
+
+def test_shared_kv_attention_counts_one_latent_vector_per_token() -> None:
+    """Absorbed MLA decode: B = 4 sequences, 16 heads over one latent KV head of D = 576
+    (512 latent + 64 rotary) elements, values its first 512, 1,000 keys, bf16."""
+    b, heads, skv, d, dv = 4, 16, 1000, 576, 512
+    op = pm.Attention(batch=b, heads=heads, kv_heads=1, seq_q=1, seq_kv=skv, head_dim=d,
+                      value_dim=dv, causal=True, dtype="bf16", impl="mla", shared_kv=True)
+    p = pm.predict(op, "h100-sxm")
+    cache = b * skv * d * 2                  # the latent cache read once: D per token
+    q, o = b * heads * d * 2, b * heads * dv * 2
+    assert float(p.bytes_min) == pytest.approx(cache + q + o, rel=1e-12)
+    # one query sees every key: 2·pairs·(D + D_v) per head
+    assert float(p.flops) == pytest.approx(2 * b * heads * skv * (d + dv), rel=1e-12)
+    separate = pm.Attention(batch=b, heads=heads, kv_heads=1, seq_q=1, seq_kv=skv,
+                            head_dim=d, value_dim=dv, causal=True, dtype="bf16", impl="mla")
+    extra = b * skv * dv * 2                 # K and V as two vectors: D_v more per token
+    assert float(pm.predict(separate, "h100-sxm").bytes_min) \
+        == pytest.approx(cache + extra + q + o, rel=1e-12)
+
+
+def test_shared_kv_cache_write_counts_the_latent_once() -> None:
+    op = pm.Attention(batch=2, heads=16, kv_heads=1, seq_q=1, seq_kv=64, head_dim=576,
+                      value_dim=512, shared_kv=True, kv_write=True)
+    stage = op.prologue_stage()
+    assert stage is not None
+    assert float(stage.numel) == 2 * 1 * 576  # B·S_q·H_kv·D elements
+
+
+def test_cli_shared_kv_counts_the_latent(capsys: pytest.CaptureFixture[str]) -> None:
+    from perfmodel.cli.main import main
+
+    argv = ["predict", "attention", "--gpu", "h100-sxm", "--batch", "8", "--heads", "16",
+            "--kv-heads", "1", "--seq-q", "1", "--seq-kv", "4096", "--head-dim", "576",
+            "--value-dim", "512", "--dtype", "bf16", "--impl", "mla", "--json"]
+    assert main([*argv, "--shared-kv"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # the latent cache 8·4096·576·2 B, Q 8·16·576·2, O 8·16·512·2
+    assert data["bytes_min"] == 8 * 4096 * 576 * 2 + 8 * 16 * 576 * 2 + 8 * 16 * 512 * 2
+    assert data["details"]["impl"] == "mla"
+    assert main(argv) == 0  # without the flag K and V are two vectors: 512 more per token
+    assert json.loads(capsys.readouterr().out)["bytes_min"] == data["bytes_min"] \
+        + 8 * 4096 * 512 * 2
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_engine_call_of_a_latent_cache_is_the_mla_family(engine: str) -> None:
+    op = pm.Attention(batch=8, heads=16, kv_heads=1, seq_q=1, seq_kv=4096, head_dim=576,
+                      value_dim=512, shared_kv=True, kv_write=True)
+    call = pm.engine_call(op, engine, "h100-sxm")
+    assert call.impl == "mla"
+    assert call.shared_kv
+    assert call.kv_write
