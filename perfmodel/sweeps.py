@@ -46,14 +46,21 @@ _MLP = ("gate_up_proj", "up_proj", "act_mul", "act", "down_proj", "router", "rou
         "moe_combine")
 
 
+#: The projections around attention: QKV and O, and multi-head latent attention's down-
+#: and up-projections (its decompression in prefill, the absorbed ones in decode).
+_PROJECTIONS = ("qkv_proj", "o_proj", "qkv_a_proj", "kv_a_proj", "q_proj", "q_b_proj",
+                "kv_b_proj", "q_absorb", "v_up")
+
+
 def op_group(name: str) -> str:
-    """The group of an op row: attention kernels, MLP (or MoE), QKV/O projections, LM head,
-    all-reduces, or the small memory-bound ops (norms, rotary, residual, embedding)."""
-    if name.startswith("attention"):
+    """The group of an op row: attention kernels, MLP (or MoE), QKV/O projections (MLA's
+    too), LM head, all-reduces, or the small memory-bound ops (norms, rotary, residual,
+    embedding, cache writes)."""
+    if name.startswith(("attention", "mla_attention")):
         return "attention"
     if name in _MLP or name.startswith("shared_"):
         return "mlp"
-    if name in ("qkv_proj", "o_proj"):
+    if name in _PROJECTIONS:
         return "qkv_o_proj"
     if name == "lm_head":
         return "lm_head"

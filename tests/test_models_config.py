@@ -42,10 +42,22 @@ PUBLISHED_EXACT = {
 # gpt-oss model card (arXiv 2508.10925, table 1), to two decimals of a billion: total
 # 116.83B / 20.91B; active per token 5.13B / 3.61B, counted without the embedding table.
 PUBLISHED_GPT_OSS = {"gpt-oss-120b": (116.83e9, 5.13e9), "gpt-oss-20b": (20.91e9, 3.61e9)}
+# DeepSeek-V3's README (deepseek-ai/DeepSeek-V3): "671B of the Main Model weights" (beside
+# 14B of the multi-token-prediction module, not modelled), "37B activated for each token".
+PUBLISHED_ROUNDED = {"deepseek-v3": (671e9, 37e9)}
 
 
 def test_every_preset_has_a_published_count() -> None:
-    assert set(list_models()) == set(PUBLISHED_EXACT) | set(PUBLISHED_GPT_OSS)
+    assert set(list_models()) == set(PUBLISHED_EXACT) | set(PUBLISHED_GPT_OSS) \
+        | set(PUBLISHED_ROUNDED)
+
+
+@pytest.mark.parametrize("model_id", sorted(PUBLISHED_ROUNDED))
+def test_rounded_counts_match_the_model_card(model_id: str) -> None:
+    cfg = load_model(model_id)
+    total, active = PUBLISHED_ROUNDED[model_id]
+    assert abs(num_params(cfg) - total) < 0.5e9
+    assert abs(active_params(cfg) - active) < 1e9  # 37.55 B with the embedding tables
 
 
 @pytest.mark.parametrize("model_id", sorted(PUBLISHED_EXACT))
@@ -145,8 +157,8 @@ def test_bad_values_and_files(tmp_path: Path) -> None:
         load_model(bad)
     with pytest.raises(PerfmodelError, match="no such file"):
         load_model(tmp_path / "absent.json")
-    mla = _write(tmp_path, kv_lora_rank=512)
-    with pytest.raises(PerfmodelError, match="latent attention"):
+    mla = _write(tmp_path, kv_lora_rank=512)  # MLA without its head widths
+    with pytest.raises(PerfmodelError, match=r"latent attention.*qk_nope_head_dim"):
         load_model(mla)
 
 

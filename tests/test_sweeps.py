@@ -107,6 +107,21 @@ def test_op_groups() -> None:
     assert op_group("rotary") == "small_ops"
 
 
+def test_every_op_of_an_mla_model_has_its_group() -> None:
+    """DeepSeek-V3's graphs: the MLA attention kernel with the attention, its down- and
+    up-projections with the projections, the latent's cache write and norms small ops."""
+    from perfmodel.models.graph import decode_graph, prefill_graph
+
+    cfg = load_model("deepseek-v3")
+    names = {g.name for g in [*prefill_graph(cfg, 1, 512), *decode_graph(cfg, 1, 512)]}
+    groups = {n: op_group(n) for n in names}
+    assert groups["mla_attention"] == "attention"
+    for n in ("qkv_a_proj", "q_b_proj", "kv_b_proj", "q_absorb", "v_up", "o_proj"):
+        assert groups[n] == "qkv_o_proj", n
+    for n in ("mla_cache_write", "q_a_norm", "kv_a_norm", "rotary"):
+        assert groups[n] == "small_ops", n
+
+
 def test_bad_combinations() -> None:
     with pytest.raises(PerfmodelError, match="phase"):
         sweep("llama-2-7b", "h100-sxm", "prompt", [1, 2], phase="decode")

@@ -98,7 +98,8 @@ def _list(as_json: bool) -> int:
         rows.append({"id": mid, "params": num_params(cfg), "active_params": active_params(cfg),
                      "layers": cfg.num_layers, "hidden": cfg.hidden_size,
                      "heads": cfg.num_heads, "kv_heads": cfg.num_kv_heads,
-                     "experts": cfg.num_experts, "experts_per_token": cfg.experts_per_token,
+                     "kv_lora_rank": cfg.kv_lora_rank, "experts": cfg.num_experts,
+                     "experts_per_token": cfg.experts_per_token,
                      "max_position_embeddings": cfg.max_position_embeddings,
                      "source": cfg.source})
     if as_json:
@@ -106,7 +107,9 @@ def _list(as_json: bool) -> int:
         return 0
     body = [[r["id"], f"{r['params'] / 1e9:.2f} B",
              f"{r['active_params'] / 1e9:.2f} B" if r["experts"] else "",
-             str(r["layers"]), str(r["hidden"]), f"{r['heads']}/{r['kv_heads']}",
+             str(r["layers"]), str(r["hidden"]),
+             f"{r['heads']}/" + (f"MLA {r['kv_lora_rank']}" if r["kv_lora_rank"]
+                                 else str(r["kv_heads"])),
              f"{r['experts_per_token']} of {r['experts']}" if r["experts"] else "",
              str(r["max_position_embeddings"] or "")] for r in rows]
     print("\n".join(table(["model", "params", "active", "layers", "hidden", "heads/kv",

@@ -106,6 +106,19 @@ class TransformerConfig(BaseModel):
     """Leading layers of an MoE model whose MLP is dense, ``intermediate_size`` wide
     (DeepSeek's ``first_k_dense_replace``); the other layers are MoE layers."""
     router_bias: bool = False
+    kv_lora_rank: NonNeg = 0
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; 0: standard attention): width
+    of the compressed KV latent every token caches per layer, shared by all heads. The
+    query/key width ``head_dim`` is then the non-rotary part plus ``qk_rope_head_dim``, and
+    ``num_kv_heads`` equals ``num_heads`` (each head's keys and values are projected up from
+    the latent)."""
+    q_lora_rank: NonNeg = 0
+    """MLA: width of the query's low-rank projection (0: one direct query projection)."""
+    qk_rope_head_dim: NonNeg = 0
+    """MLA: the rotary part of each head's query/key width; its key part, one per token
+    shared by the heads, is cached beside the latent."""
+    v_head_dim: Pos | None = None
+    """MLA: per-head value width (default ``head_dim``)."""
     weight_dtype: DType = "bf16"
     """Checkpoint dtype of the linear weights (``torch_dtype`` / quantisation)."""
     expert_weight_dtype: DType | None = None
@@ -154,11 +167,51 @@ class TransformerConfig(BaseModel):
                             f"num_layers ({self.num_layers})")
         if self.num_sliding_layers and self.sliding_window is None:
             problems.append("num_sliding_layers > 0 needs sliding_window")
+        problems += self._mla_problems()
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
+    def _mla_problems(self) -> list[str]:
+        """What makes the multi-head latent attention fields inconsistent."""
+        if not self.kv_lora_rank:
+            if self.q_lora_rank or self.qk_rope_head_dim or self.v_head_dim is not None:
+                return ["q_lora_rank / qk_rope_head_dim / v_head_dim describe multi-head "
+                        "latent attention, which needs kv_lora_rank > 0"]
+            return []
+        problems = []
+        if not 0 < self.qk_rope_head_dim < self.head_dim:
+            problems.append(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be between 1 "
+                            f"and head_dim - 1 ({self.head_dim - 1}): head_dim is the "
+                            "non-rotary part plus the rotary part")
+        if self.num_kv_heads != self.num_heads:
+            problems.append(f"multi-head latent attention projects keys and values for every "
+                            f"head: num_kv_heads ({self.num_kv_heads}) must equal num_heads "
+                            f"({self.num_heads})")
+        if self.num_sliding_layers:
+            problems.append("sliding-window layers with multi-head latent attention are not "
+                            "modelled")
+        if self.qkv_bias:
+            problems.append("Q/K/V biases with multi-head latent attention are not modelled")
+        return problems
+
     # ------------------------------------------------------------------ derived
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (``kv_lora_rank`` > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def value_dim(self) -> int:
+        """Per-head value width D_v (``v_head_dim``, default ``head_dim``)."""
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def mla_cache_width(self) -> int:
+        """MLA: elements one token caches per layer, the latent and the rotary key
+        (``kv_lora_rank + qk_rope_head_dim``)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -195,11 +248,15 @@ def param_counts(cfg: TransformerConfig) -> dict[str, int]:
     dense MLP per layer = (3 if gated else 2)·h·I (+ biases); MoE per MoE layer =
     E·expert MLP + router h·E (+ shared experts), the dense MLP on the others; norms =
     (2 per layer + final) × h (× 2 for LayerNorm); embedding V·h, LM head V·h unless tied.
+    Multi-head latent attention: :func:`mla_attention_params` per layer.
     """
     h, layers = cfg.hidden_size, cfg.num_layers
-    qkv_out = cfg.q_width + 2 * cfg.kv_width
-    attn = h * qkv_out + cfg.q_width * h
-    attn += qkv_out if cfg.qkv_bias else 0
+    if cfg.is_mla:
+        attn = mla_attention_params(cfg)
+    else:
+        qkv_out = cfg.q_width + 2 * cfg.kv_width
+        attn = h * qkv_out + cfg.q_width * h
+        attn += qkv_out if cfg.qkv_bias else 0
     attn += h if cfg.o_bias else 0
     attn += cfg.num_heads if cfg.attention_sinks else 0
     mats = 3 if cfg.gated_mlp else 2
@@ -225,6 +282,20 @@ def param_counts(cfg: TransformerConfig) -> dict[str, int]:
     if layers > moe:
         out["mlp"] = (layers - moe) * mlp(cfg.intermediate_size)
     return out
+
+
+def mla_attention_params(cfg: TransformerConfig) -> int:
+    """Parameters of one layer's multi-head latent attention (no biases), with H heads,
+    D = D_nope + D_rope, r_q / r_kv the query / KV ranks:
+    query h·r_q + r_q (its RMSNorm) + r_q·H·D (h·H·D without a query rank); latent and
+    rotary key h·(r_kv + D_rope) + r_kv (its RMSNorm); keys' and values' up-projection
+    r_kv·H·(D_nope + D_v); output H·D_v·h."""
+    h, heads, d = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+    rq, rkv, rope = cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    query = (h * rq + rq + rq * heads * d) if rq else h * heads * d
+    latent = h * (rkv + rope) + rkv
+    up = rkv * heads * (d - rope + cfg.value_dim)
+    return query + latent + up + heads * cfg.value_dim * h
 
 
 def num_params(cfg: TransformerConfig) -> int:
@@ -430,10 +501,6 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     _check_architecture(d, name)
     d = _normalise(d, name)
     mtype = str(d.get("model_type", "")).lower()
-    if d.get("kv_lora_rank") is not None:
-        raise PerfmodelError(f"{name}: kv_lora_rank", "multi-head latent attention (DeepSeek "
-                             "MLA) is not modelled", "use a GQA model, or model MLA as GQA "
-                             "by hand in a config.json")
     act = str(d.get("hidden_act", d.get("hidden_activation", d.get(
         "activation_function", "gelu" if mtype == "falcon" else "silu")))).lower()
     if act not in _ACTS:
@@ -576,6 +643,7 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
             d.get("shared_expert_intermediate_size", inter if llama4 else 0) or 0,
             "shared_expert_intermediate_size", name) if experts else 0,
         "router_bias": mtype == "gpt_oss",
+        **_mla_fields(d, name),
         "weight_dtype": wdt,
         "expert_weight_dtype": "fp4" if experts and method == "mxfp4" else None,
         "source": str(d.get("_source", "")),
@@ -587,6 +655,28 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         return TransformerConfig(**fields)
     except ValidationError as exc:
         raise _as_error(exc, name) from None
+
+
+def _mla_fields(d: dict[str, Any], name: str) -> dict[str, Any]:
+    """The multi-head latent attention fields of a DeepSeek-V2/V3-style config.json
+    (``kv_lora_rank``, ``q_lora_rank`` (null: a direct query projection),
+    ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``); none for other models.
+    The query/key head width is the non-rotary part plus the rotary part (transformers'
+    DeepseekV3Config writes ``head_dim`` = the rotary part, which is not that), and every
+    head has its keys and values (``num_key_value_heads`` = heads)."""
+    if d.get("kv_lora_rank") is None:
+        return {}
+    keys = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    for key in keys:
+        if d.get(key) is None:
+            raise PerfmodelError(f"{name}: {key}", "kv_lora_rank (multi-head latent "
+                                 f"attention) needs {key}, missing from config.json",
+                                 f"add \"{key}\" (the model's value) to the file")
+    rank, nope, rope, v = (_whole(d[key], key, name) for key in keys)
+    heads = _req(d, name, "num_attention_heads", "n_head")
+    return {"kv_lora_rank": rank, "qk_rope_head_dim": rope, "v_head_dim": v,
+            "q_lora_rank": _whole(d.get("q_lora_rank") or 0, "q_lora_rank", name),
+            "head_dim": nope + rope, "num_kv_heads": heads}
 
 
 _CAPS = {"num_layers": "MAX_LAYERS", "num_sliding_layers": "MAX_LAYERS",
@@ -619,7 +709,8 @@ _KNOWN_TYPES = _GATED_TYPES | {"phi", "phimoe", "gpt_neox", "falcon", "stablelm"
                                "cohere", "cohere2", "starcoder2", "exaone", "minicpm",
                                "baichuan", "dbrx", "olmoe", "mistral3", "gemma3",
                                "gemma3_text", "llama4_text", "ministral", "glm4",
-                               "glm4_moe", "ernie4_5", "ernie4_5_moe"}
+                               "glm4_moe", "ernie4_5", "ernie4_5_moe", "deepseek_v2",
+                               "deepseek_v3", "kimi_k2"}
 
 
 def _check_architecture(d: dict[str, Any], name: str) -> None:

@@ -352,6 +352,9 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
     rotary op), which an engine may fuse into the attention call; ``sinks``: its attention
     has sinks (gpt-oss), which some engines run on another backend."""
     args = g.args
+    if g.name == "mla_attention" and bool(args.get("shared_kv")):
+        return [(g, f"{engine}: MLA decode runs {args.get('impl')} (the engines' MLA kernels: "
+                 "FlashMLA, trtllm-gen and FlashInfer's; spec-only, none measured)")]
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
         return [_with_engine(g, hw, engine)]
     heads = np.asarray(args["heads"], dtype=np.float64)
@@ -391,9 +394,13 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
                               head_dim, kvd, group, sinks)
     new = {**args, **choice.op_fields(str(args["dtype"]), hw.peaks),
            "rope": choice.rope and rotary}
+    mla = g.name == "mla_attention"
+    if mla:  # its cache write and RoPE are ops of their own in the graph (graph.py)
+        new.update(kv_write=False, rope=False)
     fp8 = choice.fp8_compute and new["dtype"] == "fp8"
     return dataclasses.replace(g, args=new), (
         f"{engine}: {'decode' if decode else 'prefill'} attention runs {choice.impl} "
+        + ("over MLA's decompressed heads " if mla else "")
         + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
 
 

@@ -21,6 +21,17 @@ Conventions (an inference server such as vLLM, stated so they can be argued with
   is split into the first queries (a causal triangle) and the rest (a W-wide band, computed
   as non-causal attention over W keys; its K/V traffic counts W keys, not the band's
   S + W). Decode reads min(context, W) keys.
+- Multi-head latent attention (DeepSeek-V2/V3 MLA, ``kv_lora_rank`` > 0), as vLLM and
+  SGLang run it: the query's and the latent's down-projections are one GEMM, replicated
+  on every GPU (``qkv_a_proj``; with no query rank the query has its own projection),
+  RMSNorms of the query rank and of the latent, the query's up-projection split by heads,
+  RoPE on the rotary parts (one key per token), and the latent plus rotary key written to
+  the cache. Prefill decompresses every context token's keys and values
+  (``kv_b_proj``: prefix tokens too) and runs ordinary causal attention of H heads, D wide
+  (D_v values); decode absorbs the up-projections (a per-head batched GEMM into the latent
+  space before attention, ``q_absorb``, and out of it after, ``v_up``) and attends over the
+  latent cache as one KV head D = r_kv + D_rope wide whose first r_kv elements are the
+  values (``Attention.shared_kv``), in the engines' MLA kernel family (``mla``).
 - Residual adds and norms are separate kernels (servers often fuse them: a slight
   overestimate of small-op time). With ``fuse_allreduce`` (TensorRT-LLM's all-reduce +
   residual add + RMSNorm kernel) each all-reduce of a TP layer also adds the residual and
@@ -38,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
-from perfmodel.dtypes import DType
+from perfmodel.dtypes import DType, bytes_per_element
 from perfmodel.models.config import TransformerConfig
 from perfmodel.ops import (
     Activation,
@@ -194,17 +205,19 @@ def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
     # fused all-reduce + residual + norm: the separate kernels remain only where tp = 1
     unfused: float | Array = np.where(t > 1, 0.0, layers) if fuse else layers
     first_norm: float | Array = np.where(t > 1, 1.0, layers) if fuse else layers
-    ops = [
-        _g("input_norm", Norm, first_norm, tokens=tokens, hidden=h, kind=cfg.norm, dtype=a),
-        _g("qkv_proj", Gemm, layers, m=tokens, n=(heads + 2.0 * kv) * d, k=h, dtype=w,
-           out_dtype=a, shared_b=True, bias=cfg.qkv_bias),
-    ]
-    if cfg.rotary:
-        ops.append(_g("rotary", Rotary, layers, tokens=tokens, heads=heads, kv_heads=kv,
-                      head_dim=d, dtype=a))
+    ops = [_g("input_norm", Norm, first_norm, tokens=tokens, hidden=h, kind=cfg.norm,
+              dtype=a)]
+    if cfg.is_mla:
+        ops += _mla_projections(cfg, tokens, heads, dt)
+    else:
+        ops.append(_g("qkv_proj", Gemm, layers, m=tokens, n=(heads + 2.0 * kv) * d, k=h,
+                      dtype=w, out_dtype=a, shared_b=True, bias=cfg.qkv_bias))
+        if cfg.rotary:
+            ops.append(_g("rotary", Rotary, layers, tokens=tokens, heads=heads, kv_heads=kv,
+                          head_dim=d, dtype=a))
     ops += attention
-    ops.append(_g("o_proj", Gemm, layers, m=tokens, n=h, k=heads * d, dtype=w, out_dtype=a,
-                  shared_b=True, bias=cfg.o_bias))
+    ops.append(_g("o_proj", Gemm, layers, m=tokens, n=h, k=heads * cfg.value_dim, dtype=w,
+                  out_dtype=a, shared_b=True, bias=cfg.o_bias))
     if tp_active:
         ops.append(_g("attn_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a,
                       fused_residual_norm=fuse))
@@ -221,6 +234,80 @@ def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
         ops.append(_g("mlp_allreduce", AllReduce, layers, numel=tokens * h, gpus=t, dtype=a,
                       fused_residual_norm=fuse))
     return ops
+
+
+def _mla_projections(cfg: TransformerConfig, tokens: Array, heads: Array,
+                     dt: Dtypes) -> list[GraphOp]:
+    """Multi-head latent attention's projections before attention (module doc): the
+    replicated down-projections of the query (rank r_q) and of the latent and rotary key
+    (r_kv + D_rope) as one GEMM, their RMSNorms, the query's up-projection to H heads of D
+    (split by TP), RoPE on the queries' and the one key's rotary parts."""
+    h, a, w, layers = cfg.hidden_size, dt.activation, dt.weight, float(cfg.num_layers)
+    rq, rkv, rope = cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    ops = [_g("qkv_a_proj" if rq else "kv_a_proj", Gemm, layers, m=tokens,
+              n=float(rq + rkv + rope), k=h, dtype=w, out_dtype=a, shared_b=True)]
+    if rq:
+        ops.append(_g("q_a_norm", Norm, layers, tokens=tokens, hidden=rq, kind=cfg.norm,
+                      dtype=a))
+    ops += [
+        _g("kv_a_norm", Norm, layers, tokens=tokens, hidden=rkv, kind=cfg.norm, dtype=a),
+        _g("q_b_proj" if rq else "q_proj", Gemm, layers, m=tokens, n=heads * cfg.head_dim,
+           k=rq or h, dtype=w, out_dtype=a, shared_b=True),
+    ]
+    if cfg.rotary:
+        ops.append(_g("rotary", Rotary, layers, tokens=tokens, heads=heads, kv_heads=1.0,
+                      head_dim=rope, dtype=a))
+    return ops
+
+
+def _mla_cache_write(cfg: TransformerConfig, tokens: Array, dt: Dtypes) -> GraphOp:
+    """The latent and rotary key of ``tokens`` new tokens written into the cache (read in
+    the activation dtype, written in the cache's)."""
+    s_a, s_kv = bytes_per_element(dt.activation), bytes_per_element(dt.kv)
+    return _g("mla_cache_write", Elementwise, float(cfg.num_layers),
+              numel=tokens * float(cfg.mla_cache_width), reads=1.0, writes=s_kv / s_a,
+              flops_per_element=0.0, dtype=dt.activation, kind="kv_cache_write")
+
+
+def _mla_prefill(cfg: TransformerConfig, b: Array, p: Array, c: Array, heads: Array,
+                 dt: Dtypes, impl: str) -> list[GraphOp]:
+    """MLA attention of a prefill (module doc): the new tokens' latents cached, every
+    context token's keys and values decompressed, causal attention of H heads."""
+    layers, a = float(cfg.num_layers), dt.activation
+    d, dv, rope = float(cfg.head_dim), float(cfg.value_dim), cfg.qk_rope_head_dim
+    return [
+        _mla_cache_write(cfg, b * p, dt),
+        _g("kv_b_proj", Gemm, layers, m=b * (c + p), n=heads * (d - rope + dv),
+           k=float(cfg.kv_lora_rank), dtype=dt.weight, out_dtype=a, shared_b=True),
+        _attn("mla_attention", layers, batch=b, heads=heads, kv_heads=heads, seq_q=p,
+              seq_kv=c + p, head_dim=d, value_dim=dv, causal=True, dtype=a, kv_dtype=a,
+              impl=_mla_impl(impl, "flash"), phase="prefill"),
+    ]
+
+
+def _mla_decode(cfg: TransformerConfig, b: Array, ctx: Array, heads: Array, dt: Dtypes,
+                impl: str) -> list[GraphOp]:
+    """MLA attention of a decode step (module doc): the token's latent cached, the query's
+    non-rotary part absorbed into the latent space (a batched GEMM per head), attention
+    over the latent cache (one KV head, K and V shared), the output up-projected per head."""
+    layers, a = float(cfg.num_layers), dt.activation
+    rkv, rope = float(cfg.kv_lora_rank), float(cfg.qk_rope_head_dim)
+    nope, dv = float(cfg.head_dim) - rope, float(cfg.value_dim)
+    return [
+        _mla_cache_write(cfg, b, dt),
+        _g("q_absorb", Gemm, layers, m=b, n=rkv, k=nope, batch=heads, dtype=a, out_dtype=a),
+        _attn("mla_attention", layers, batch=b, heads=heads, kv_heads=1.0, seq_q=1.0,
+              seq_kv=ctx, head_dim=rkv + rope, value_dim=rkv, causal=True, dtype=a,
+              kv_dtype=dt.kv, impl=_mla_impl(impl, "mla"), phase="decode",
+              shared_kv=True),
+        _g("v_up", Gemm, layers, m=b, n=dv, k=rkv, batch=heads, dtype=a, out_dtype=a),
+    ]
+
+
+def _mla_impl(impl: str, native: str) -> str:
+    """The kernel family an MLA attention op runs: ``native`` where the caller left the
+    choice to the architecture (``flash``), else the caller's."""
+    return native if impl == "flash" else impl
 
 
 def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dtypes,
@@ -268,6 +355,9 @@ def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_pr
     b, p = _arr(batch, "batch"), _arr(prompt_len, "prompt_len")
     c, t = _arr(cached_prefix, "cached_prefix", 0.0), _arr(tp, "tp")
     heads, kv = tp_heads(cfg, t)
+    if cfg.is_mla:
+        return _wrap(cfg, b * p, b, t, dt, _mla_prefill(cfg, b, p, c, heads, dt,
+                                                        attention_impl), fuse_allreduce)
     common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
               "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
               "phase": "prefill"}
@@ -298,6 +388,9 @@ def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any =
     dt = dtypes or Dtypes()
     b, ctx, t = _arr(batch, "batch"), _arr(context_len, "context_len"), _arr(tp, "tp")
     heads, kv = tp_heads(cfg, t)
+    if cfg.is_mla:
+        return _wrap(cfg, b, b, t, dt, _mla_decode(cfg, b, ctx, heads, dt, attention_impl),
+                     fuse_allreduce)
     common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
               "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
               "seq_q": 1.0, "causal": True, "phase": "decode"}

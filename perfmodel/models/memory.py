@@ -2,10 +2,13 @@
 
 - Weights: linear weights at the weight dtype (experts at the expert dtype); embedding,
   LM head, norms, router, biases and sinks at the activation dtype. Tensor parallelism t
-  divides attention (KV heads: max(H_kv/t, 1) of them per GPU), MLP, experts and vocabulary;
-  norms, router and sinks are replicated. Quantisation scales are not counted.
-- KV cache: 2·kv_heads_per_gpu·D·s_kv bytes per token per layer; full-attention layers keep
-  every token of the context, sliding-window layers at most W.
+  divides attention (KV heads: max(H_kv/t, 1) of them per GPU; multi-head latent attention's
+  down-projections are replicated, its up- and output projections divided), MLP, experts
+  and vocabulary; norms, router and sinks are replicated. Quantisation scales are not
+  counted.
+- KV cache: 2·kv_heads_per_gpu·D·s_kv bytes per token per layer (multi-head latent
+  attention: (r_kv + D_rope)·s_kv, the latent and the rotary key, on every GPU);
+  full-attention layers keep every token of the context, sliding-window layers at most W.
 - Activations (peak during a forward of T tokens, no autograd): the residual stream and the
   normed copy, 2·T·h, plus the larger of the attention block (QKV out + attention out) and
   the MLP block (gate/up out + activation out; MoE: permuted tokens k·T·h plus the expert
@@ -45,11 +48,15 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
     s_w, s_a = weight_bytes_per_element(dt.weight), bytes_per_element(dt.activation)
     s_e = weight_bytes_per_element(dt.expert)
     kv_share = kv_t / cfg.num_kv_heads  # fraction of the K/V projections each GPU holds
-    q_o = 2.0 * h * cfg.q_width / t
-    k_v = 2.0 * h * cfg.kv_width * kv_share
     attn_bias = ((cfg.q_width / t + 2.0 * cfg.kv_width * kv_share) if cfg.qkv_bias else 0.0) \
         + (h if cfg.o_bias else 0.0) + (cfg.num_heads / t if cfg.attention_sinks else 0.0)
-    per_layer = (q_o + k_v) * s_w + attn_bias * s_a
+    if cfg.is_mla:
+        per_layer = _mla_weights(cfg, t) * s_w + (attn_bias + cfg.q_lora_rank
+                                                  + cfg.kv_lora_rank) * s_a
+    else:
+        q_o = 2.0 * h * cfg.q_width / t
+        k_v = 2.0 * h * cfg.kv_width * kv_share
+        per_layer = (q_o + k_v) * s_w + attn_bias * s_a
     mats = 3.0 if cfg.gated_mlp else 2.0
 
     def mlp(width: float, s: float) -> Array:
@@ -70,18 +77,38 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
                       + vocab, dtype=np.float64)
 
 
+def _mla_weights(cfg: TransformerConfig, t: Array) -> Array:
+    """Linear weights of one multi-head latent attention layer per GPU (elements): the
+    query's and the latent's down-projections replicated on every GPU (the engines'
+    replicated ``q_a_proj`` / ``kv_a_proj_with_mqa``), the query's, keys' and values'
+    up-projections and the output projection split over the t GPUs by heads
+    (:func:`perfmodel.models.config.mla_attention_params` without the norms)."""
+    h, heads, d = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+    rq, rkv, rope = cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    down = h * (rq + rkv + rope)
+    split = (rq if rq else h) * heads * d + rkv * heads * (d - rope + cfg.value_dim) \
+        + heads * cfg.value_dim * h
+    return np.asarray(down + split / t, dtype=np.float64)
+
+
 def kv_bytes_per_token(cfg: TransformerConfig, tp: Any = 1, kv_dtype: str = "bf16") -> Array:
     """KV cache bytes per token of context in full-attention layers, per GPU:
     layers·kv_heads·(D + D_v)·s_kv with D_v = D (kv_heads per GPU under TP; the K/V bytes
-    of :func:`perfmodel.ops.attention.kv_bytes`)."""
+    of :func:`perfmodel.ops.attention.kv_bytes`); multi-head latent attention caches
+    layers·(r_kv + D_rope)·s_kv on every GPU (the latent is not split by heads)."""
     return cfg.num_full_layers * _kv_per_layer_token(cfg, tp, kv_dtype)
 
 
 def _kv_per_layer_token(cfg: TransformerConfig, tp: Any, kv_dtype: str) -> Array:
+    s_kv = bytes_per_element(kv_dtype)
+    if cfg.is_mla:  # one latent "head", the same on every GPU of the TP group
+        width = float(cfg.mla_cache_width)
+        t = np.asarray(tp, dtype=np.float64)
+        return np.asarray(kv_bytes(1.0, 1.0 + 0.0 * t, 1.0, width, width, s_kv, True),
+                          dtype=np.float64)
     _, kv_t = tp_heads(cfg, np.asarray(tp, dtype=np.float64))
     d = float(cfg.head_dim)
-    return np.asarray(kv_bytes(1.0, kv_t, 1.0, d, d, bytes_per_element(kv_dtype)),
-                      dtype=np.float64)
+    return np.asarray(kv_bytes(1.0, kv_t, 1.0, d, d, s_kv), dtype=np.float64)
 
 
 def kv_cache_bytes(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,

@@ -159,6 +159,19 @@ class StepModel:
         return s
 
 
+#: Multi-head latent attention's GEMMs that belong with its attention call rather than
+#: with the step's tokens (perfmodel.models.graph): a decode's absorbed up-projections
+#: (per decoding sequence) and a prefill's decompression of the chunk's whole context
+#: (prior tokens included), which a step of prefill chunks runs instead of the absorption.
+_MLA_ATTENTION_GEMMS = frozenset({"q_absorb", "v_up", "kv_b_proj"})
+
+
+def _per_sequence(g: GraphOp) -> bool:
+    """Whether op ``g`` is timed with the attention tables (its cost depends on which
+    sequences are decoding or prefilling and their contexts), not per step token."""
+    return g.kind is Attention or g.name in _MLA_ATTENTION_GEMMS
+
+
 def _rows(t: GraphTiming, keep: list[bool], field: str = "latency_s") -> Array:
     """Σ over the kept ops of count × ``field``, per point."""
     sel = np.asarray(keep)
@@ -185,10 +198,10 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     pp_grid = np.concatenate([[0.0], grid(max(max_prompt, 1), 16, 32)])
 
     def attn_only(graph: list[GraphOp]) -> list[GraphOp]:
-        return [g for g in graph if g.kind is Attention]
+        return [g for g in graph if _per_sequence(g)]
 
     dense_graph = decode_graph(cfg, t_grid, 1.0, tp, dtypes, impl, fuse)
-    dense_graph = [g for g in dense_graph if g.kind is not Attention]
+    dense_graph = [g for g in dense_graph if not _per_sequence(g)]
     dec_graph = attn_only(decode_graph(cfg, b_grid[:, None], c_grid[None, :], tp, dtypes,
                                        impl, fuse))
     pre_graph = attn_only(prefill_graph(cfg, 1.0, pt_grid[:, None], pp_grid[None, :], tp,
