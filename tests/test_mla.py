@@ -19,7 +19,7 @@ from perfmodel.models.config import (
     load_model,
     num_params,
 )
-from perfmodel.models.graph import decode_graph, prefill_graph
+from perfmodel.models.graph import Dtypes, decode_graph, prefill_graph
 from perfmodel.models.memory import kv_bytes_per_token, kv_cache_bytes, weight_bytes
 from perfmodel.ops import Elementwise
 
@@ -210,3 +210,19 @@ def test_serving_one_request_matches_the_static_mla_prediction(prompt: int) -> N
                               step_overhead_s=o_step, tp=8)
     assert float(r.ttft_s[0]) == pytest.approx(o_req + static.ttft_s, rel=2e-4)
     assert float(r.tpot_s[0]) == pytest.approx(static.tpot_s, rel=0.01)
+
+
+def test_fp8_latent_cache_without_an_fp8_peak_scales_the_latent_bytes() -> None:
+    """On an A100 (no fp8 peak) the fp8 latent cache is timed as bf16 with its traffic
+    scaled: Q and O 16·576 + 16·512 elements, the cache 4096·576 (one vector per token)
+    at half the bytes."""
+    from perfmodel.models.evaluate import _substitute
+
+    cfg = load_model("deepseek-v3")
+    g = {x.name: x for x in decode_graph(cfg, 1, 4096, tp=8,
+                                         dtypes=Dtypes(kv="fp8"))}["mla_attention"]
+    args, ratio, note = _substitute(g, pm.load_hardware("a100-80gb-sxm"))
+    assert args["kv_dtype"] == "bf16"
+    assert note is not None
+    qo, cache = 16 * 576 + 16 * 512, 4096 * 576
+    assert float(ratio) == pytest.approx((qo + 0.5 * cache) / (qo + cache), rel=1e-12)

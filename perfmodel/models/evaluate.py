@@ -47,6 +47,7 @@ from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
 from perfmodel.models.memo import Memo, spec_token
 from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
+from perfmodel.ops.attention import kv_bytes, o_bytes, q_bytes
 from perfmodel.ops.cost import Array
 from perfmodel.ops.registry import op_class
 from perfmodel.timing import RunContext, predict, spec_constants
@@ -138,8 +139,11 @@ def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str 
             scale = bytes_per_element(kvd) / s_a
             hq, sq = np.asarray(args["heads"]), np.asarray(args["seq_q"])
             d = np.asarray(args["head_dim"])
-            qo = 2.0 * hq * sq * d
-            kv = 2.0 * np.asarray(args["kv_heads"]) * np.asarray(args["seq_kv"]) * d
+            dv = np.asarray(args.get("value_dim") or args["head_dim"])
+            # elements of Q and O, and of the cache (ops.attention's formulas, 1 B each)
+            qo = q_bytes(1.0, hq, sq, d, 1.0) + o_bytes(1.0, hq, sq, dv, 1.0)
+            kv = kv_bytes(1.0, np.asarray(args["kv_heads"]), np.asarray(args["seq_kv"]), d,
+                          dv, 1.0, bool(args.get("shared_kv")))
             return ({**args, "kv_dtype": a}, (qo + kv * scale) / (qo + kv),
                     f"{hw.id} has no {kvd} peak: the {kvd} KV cache is dequantised to {a} "
                     "inside attention")
