@@ -226,3 +226,30 @@ def test_fp8_latent_cache_without_an_fp8_peak_scales_the_latent_bytes() -> None:
     assert note is not None
     qo, cache = 16 * 576 + 16 * 512, 4096 * 576
     assert float(ratio) == pytest.approx((qo + 0.5 * cache) / (qo + cache), rel=1e-12)
+
+
+@pytest.mark.parametrize(("engine", "impl"), [("vllm", "deepgemm"), ("sglang", "deepgemm"),
+                                              ("trtllm", "cutlass")])
+def test_block_scaled_checkpoint_runs_the_engines_block_fp8_gemms(engine: str,
+                                                                  impl: str) -> None:
+    """DeepSeek-V3's fp8 weights carry 128×128 block scales: each engine's decode step
+    runs its block-scaled fp8 GEMM (DeepGEMM in vLLM and SGLang, CUTLASS in TensorRT-LLM on
+    Hopper) with the activations quantized in the call, exactly the op predicted alone;
+    the same config without block scales takes the engine's per-tensor / per-channel one."""
+    cfg = load_model("deepseek-v3")
+    kw: dict[str, object] = {"phase": "decode", "batch": 8, "context_len": 2048, "tp": 8,
+                             "engine": engine, "step_overhead_s": 0.0}
+    p = pm.predict_model(cfg, "h100-sxm", **kw)  # type: ignore[arg-type]
+    assert any(f"{impl} with block scales" in a for a in p.assumptions)
+    assert p.decode is not None
+    row = p.decode.op("q_b_proj")
+    alone = pm.Gemm(m=8, n=HEADS / 8 * (NOPE + ROPE), k=RQ, dtype="fp8", out_dtype="bf16",
+                    shared_b=True, quant="block", impl=impl, quantize_input=True)
+    ctx = pm.RunContext(launch="graph", engine=engine)
+    assert float(row.latency_s) / float(row.count) \
+        == pytest.approx(pm.predict(alone, "h100-sxm", context=ctx).latency_s, rel=1e-9)
+    plain = pm.predict_model(cfg.model_copy(update={"block_scales": False}), "h100-sxm",
+                             **kw)  # type: ignore[arg-type]
+    assert not any("block scales" in a for a in plain.assumptions)
+    scheme = "per-channel" if engine == "sglang" else "per-tensor"
+    assert any(f"with {scheme} scales" in a for a in plain.assumptions)

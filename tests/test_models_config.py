@@ -306,6 +306,24 @@ def test_quantized_checkpoints_give_their_weight_dtype(quant: dict[str, object],
         from_hf_dict({**base, "quantization_config": {"quant_method": "gptq", "bits": 3}})
 
 
+@pytest.mark.parametrize(("quant", "block"), [
+    ({"quant_method": "fp8"}, False),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, True),  # DeepSeek-V3, Qwen3
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "block",
+                    "block_structure": [128, 128]}}}}, True),  # llm-compressor FP8_BLOCK
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}, False),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, False),
+])
+def test_block_scaled_fp8_checkpoints(quant: dict[str, object], block: bool) -> None:
+    base = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2,
+            "vocab_size": 128256, "torch_dtype": "bfloat16"}
+    assert from_hf_dict({**base, "quantization_config": quant}).block_scales is block
+    assert load_model("deepseek-v3").block_scales
+
+
 # DeepSeek-MoE 16B's config.json (deepseek-ai/deepseek-moe-16b-base): 64 routed experts of
 # 1408, top-6, two shared experts, the first layer dense (10,944 wide)
 DEEPSEEK_MOE = {"model_type": "deepseek", "architectures": ["DeepseekForCausalLM"],

@@ -123,6 +123,10 @@ class TransformerConfig(BaseModel):
     """Checkpoint dtype of the linear weights (``torch_dtype`` / quantisation)."""
     expert_weight_dtype: DType | None = None
     """Checkpoint dtype of the expert weights when it differs (gpt-oss: MXFP4 → fp4)."""
+    block_scales: bool = False
+    """The checkpoint's fp8 weights carry block scales (128×128: DeepSeek-V3's and the
+    Qwen3 FP8 checkpoints' ``quantization_config.weight_block_size``), so an engine runs
+    its block-scaled fp8 GEMMs for them rather than its per-tensor / per-channel ones."""
     source: str = ""
     """Where the numbers come from (checkpoint repository)."""
 
@@ -646,6 +650,7 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         **_mla_fields(d, name),
         "weight_dtype": wdt,
         "expert_weight_dtype": "fp4" if experts and method == "mxfp4" else None,
+        "block_scales": wdt == "fp8" and _block_scaled(quant, method),
         "source": str(d.get("_source", "")),
     }
     if d.get("n_positions") is not None and mtype in ("gpt2", "gpt_neo", "gptj", "opt"):
@@ -655,6 +660,20 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         return TransformerConfig(**fields)
     except ValidationError as exc:
         raise _as_error(exc, name) from None
+
+
+def _block_scaled(quant: dict[str, Any], method: str) -> bool:
+    """Whether a checkpoint's fp8 weights carry block scales: ``weight_block_size`` in an
+    ``fp8`` quantization_config (DeepSeek-V3, Qwen3 FP8), or a compressed-tensors group whose
+    weights use the ``block`` strategy (llm-compressor's FP8_BLOCK scheme)."""
+    if method == "fp8":
+        return bool(quant.get("weight_block_size"))
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        first = next(iter(groups.values()), None) if isinstance(groups, dict) else None
+        weights = first.get("weights") if isinstance(first, dict) else None
+        return isinstance(weights, dict) and weights.get("strategy") == "block"
+    return False
 
 
 def _mla_fields(d: dict[str, Any], name: str) -> dict[str, Any]:

@@ -346,7 +346,8 @@ def _group_scalar(cls: type, static: tuple[tuple[str, Any], ...],
 
 
 def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
-                sinks: bool = False) -> list[tuple[GraphOp, str | None]]:
+                sinks: bool = False,
+                block_scales: bool = False) -> list[tuple[GraphOp, str | None]]:
     """``g`` as ``engine`` runs it on ``hw``, with a note (:func:`_engine_attention`,
     :func:`_with_engine`). An attention op's kernel depends on the point: points with
     another phase (seq_q = 1 or not) or GQA group (query heads over KV heads per GPU, which
@@ -354,13 +355,14 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
     (0 elsewhere), each with its own kernel. Points where the op does not occur (count 0)
     choose nothing and add no note. ``rotary``: the model applies RoPE (its graph has a
     rotary op), which an engine may fuse into the attention call; ``sinks``: its attention
-    has sinks (gpt-oss), which some engines run on another backend."""
+    has sinks (gpt-oss), which some engines run on another backend; ``block_scales``: its
+    fp8 weights carry block scales (:func:`_with_engine`)."""
     args = g.args
     if g.name == "mla_attention" and bool(args.get("shared_kv")):
         return [(g, f"{engine}: MLA decode runs {args.get('impl')} (the engines' MLA kernels: "
                  "FlashMLA, trtllm-gen and FlashInfer's; spec-only, none measured)")]
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
-        return [_with_engine(g, hw, engine)]
+        return [_with_engine(g, hw, engine, block_scales)]
     heads = np.asarray(args["heads"], dtype=np.float64)
     kv = args.get("kv_heads")  # an array under a tp sweep: no truth value
     kv_heads = np.asarray(args["heads"] if kv is None else kv, dtype=np.float64)
@@ -408,14 +410,16 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
         + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
 
 
-def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, str | None]:
+def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str,
+                 block_scales: bool = False) -> tuple[GraphOp, str | None]:
     """Non-attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`):
-    quantized GEMMs with their scheme, kernel and activation quantization; a separate RoPE
-    kernel the engine fuses away gets count 0. Returns the op and a note."""
+    quantized GEMMs with their scheme (``block`` for fp8 weights with block scales, else
+    the engine's default), kernel and activation quantization; a separate RoPE kernel the
+    engine fuses away gets count 0. Returns the op and a note."""
     args = g.args
     if g.kind is Gemm:
         w = str(args["dtype"])
-        quant = default_quant(engine, w)
+        quant = "block" if block_scales and w == "fp8" else default_quant(engine, w)
         act = str(args.get("out_dtype") or "bf16")
         if quant != "none" and _native_weights(hw, w, act) \
                 and (w != "fp4" or hw.arch == "blackwell"):
@@ -435,8 +439,8 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str) -> tuple[GraphOp, st
 
 
 def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
-                    hw: HardwareSpec, engine: str = "none", sinks: bool = False
-                    ) -> tuple[list[GraphTiming], list[str]]:
+                    hw: HardwareSpec, engine: str = "none", sinks: bool = False,
+                    block_scales: bool = False) -> tuple[list[GraphTiming], list[str]]:
     """Predict every op of every ``(graph, points shape)`` on ``hw``, one predict call
     per op group across all graphs. Returns one :class:`GraphTiming` per graph and the
     notes on dtype fallbacks taken.
@@ -445,7 +449,8 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
     (:func:`_engine_ops`), predicted as CUDA-graph replays with the engine's bookkeeping;
     ``none`` is engine-neutral (the architecture's native kernels, one kernel per op).
     ``sinks``: the model's attention has sinks (``TransformerConfig.attention_sinks``),
-    which changes some engines' attention backend."""
+    which changes some engines' attention backend; ``block_scales``: its fp8 weights carry
+    block scales (``TransformerConfig.block_scales``), which an engine's GEMMs take."""
     engine = normalize_engine(engine)
     context = RunContext(launch="graph", engine=engine) if engine != "none" else None
     notes: list[str] = []
@@ -456,7 +461,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             ops = []
             rotary = any(g.kind is Rotary for g in graph)
             for g in graph:
-                for new, note in _engine_ops(g, hw, engine, rotary, sinks):
+                for new, note in _engine_ops(g, hw, engine, rotary, sinks, block_scales):
                     if note and note not in notes:
                         notes.append(note)
                     ops.append(new)
