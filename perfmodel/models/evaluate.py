@@ -359,8 +359,10 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
     fp8 weights carry block scales (:func:`_with_engine`)."""
     args = g.args
     if g.name == "mla_attention" and bool(args.get("shared_kv")):
-        return [(g, f"{engine}: MLA decode runs {args.get('impl')} (the engines' MLA kernels: "
-                 "FlashMLA, trtllm-gen and FlashInfer's; spec-only, none measured)")]
+        impl = str(args.get("impl"))
+        return [(g, f"{engine}: MLA decode runs {impl}" + (
+            " (the engines' MLA kernels: FlashMLA, trtllm-gen and FlashInfer's; spec-only, "
+            "none measured)" if impl == "mla" else ""))]
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
         return [_with_engine(g, hw, engine, block_scales)]
     heads = np.asarray(args["heads"], dtype=np.float64)
