@@ -21,7 +21,7 @@ def _run(name: str, *args: str) -> str:
 
 def test_every_example_is_tested() -> None:
     tested = {"capacity_planning_70b.py", "engine_kernels.py", "sequence_length_whatif.py",
-              "use_from_another_tool.py"}
+              "use_from_another_tool.py", "deepseek_v3_capacity.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -56,3 +56,12 @@ def test_engine_kernels() -> None:
     assert "kv_write" in out  # the parts of a call
     assert "attention" in out.split("fp8 linear")[0]
     assert "bundled AIConfigurator rows: median" in out
+
+
+def test_deepseek_v3_capacity() -> None:
+    out = _run("deepseek_v3_capacity.py", "--context", "4096", "--engine", "vllm")
+    assert "671.0 B parameters" in out
+    for gpu in ("h100-sxm", "h200-sxm", "b200"):
+        assert gpu in out, gpu
+    assert "cache 70.3 kB/token" in out
+    assert "6.0 MB per token" in out  # K and V of 128 heads × 192 × 61 layers, bf16
