@@ -253,3 +253,16 @@ def test_block_scaled_checkpoint_runs_the_engines_block_fp8_gemms(engine: str,
     assert not any("block scales" in a for a in plain.assumptions)
     scheme = "per-channel" if engine == "sglang" else "per-tensor"
     assert any(f"with {scheme} scales" in a for a in plain.assumptions)
+
+
+def test_sparse_mla_is_read_with_a_warning_naming_the_indexer() -> None:
+    """DeepSeek-V3.2-style configs (MLA with a sparse-attention indexer, ``index_topk``):
+    read as dense MLA, with a warning that names what is left out."""
+    from pathlib import Path
+
+    with open(Path(pm.__file__).parent / "models/presets/deepseek-v3.json") as fh:
+        raw = json.load(fh)
+    with pytest.warns(pm.PerfmodelWarning, match=r"index_topk.*2048 keys"):
+        cfg = from_hf_dict({**raw, "model_type": "deepseek_v3", "index_topk": 2048,
+                            "index_n_heads": 64, "index_head_dim": 128}, "config.json")
+    assert cfg.is_mla

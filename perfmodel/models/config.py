@@ -693,6 +693,12 @@ def _mla_fields(d: dict[str, Any], name: str) -> dict[str, Any]:
                                  f"add \"{key}\" (the model's value) to the file")
     rank, nope, rope, v = (_whole(d[key], key, name) for key in keys)
     heads = _req(d, name, "num_attention_heads", "n_head")
+    if d.get("index_topk"):  # DeepSeek-V3.2's and GLM-5's sparse attention (DSA)
+        warnings.warn(PerfmodelWarning(
+            f"{name}: index_topk", "DeepSeek sparse attention (each query attends to the "
+            f"{d['index_topk']} keys an indexer picks) is not modelled: attention is timed "
+            "dense, too slow for contexts past that many tokens, and the indexer is left out",
+            "read figures past that context as an upper bound"), stacklevel=3)
     return {"kv_lora_rank": rank, "qk_rope_head_dim": rope, "v_head_dim": v,
             "q_lora_rank": _whole(d.get("q_lora_rank") or 0, "q_lora_rank", name),
             "head_dim": nope + rope, "num_kv_heads": heads}
@@ -729,7 +735,7 @@ _KNOWN_TYPES = _GATED_TYPES | {"phi", "phimoe", "gpt_neox", "falcon", "stablelm"
                                "baichuan", "dbrx", "olmoe", "mistral3", "gemma3",
                                "gemma3_text", "llama4_text", "ministral", "glm4",
                                "glm4_moe", "ernie4_5", "ernie4_5_moe", "deepseek_v2",
-                               "deepseek_v3", "kimi_k2"}
+                               "deepseek_v3", "deepseek_v32", "kimi_k2"}
 
 
 def _check_architecture(d: dict[str, Any], name: str) -> None:
