@@ -620,6 +620,8 @@ CONFIG_CASES: list[tuple[str, str | bytes, str]] = [
     ("BERT", _config(model_type="bert", architectures=["BertForMaskedLM"]), "bert"),
     ("encoder-decoder flag", _config(is_encoder_decoder=True), "encoder-decoder"),
     ("DeepSeek MLA without its head widths", _config(kv_lora_rank=512), "kv_lora_rank"),
+    ("DeepSeek-V4 compressed attention", _config(o_lora_rank=1024, compress_ratios=[0, 2]),
+     "o_lora_rank"),
     ("GPT-2 learned positions", _config(model_type="gpt2", n_positions=1024), "positions"),
     ("missing hidden_size", _config(hidden_size=_DROP), "hidden_size"),
     ("hidden_size words", _config(hidden_size="big"), "hidden_size"),

@@ -676,6 +676,12 @@ def _block_scaled(quant: dict[str, Any], method: str) -> bool:
     return False
 
 
+#: Keys of DeepSeek-V4-style attention (an output low-rank projection, per-layer KV
+#: compression, sparse key selection over compressed blocks), which neither the GQA nor the
+#: MLA graph describes.
+_COMPRESSED_ATTENTION_KEYS = ("o_lora_rank", "compress_ratios")
+
+
 def _mla_fields(d: dict[str, Any], name: str) -> dict[str, Any]:
     """The multi-head latent attention fields of a DeepSeek-V2/V3-style config.json
     (``kv_lora_rank``, ``q_lora_rank`` (null: a direct query projection),
@@ -683,6 +689,12 @@ def _mla_fields(d: dict[str, Any], name: str) -> dict[str, Any]:
     The query/key head width is the non-rotary part plus the rotary part (transformers'
     DeepseekV3Config writes ``head_dim`` = the rotary part, which is not that), and every
     head has its keys and values (``num_key_value_heads`` = heads)."""
+    compressed = [k for k in _COMPRESSED_ATTENTION_KEYS if d.get(k) is not None]
+    if compressed:
+        raise PerfmodelError(f"{name}: {compressed[0]}", "compressed sparse attention "
+                             "(DeepSeek-V4's output low-rank, KV compression per layer, sparse "
+                             "key selection) is not modelled", "use a DeepSeek-V3-style "
+                             "config (multi-head latent attention, kv_lora_rank)")
     if d.get("kv_lora_rank") is None:
         return {}
     keys = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
