@@ -4,14 +4,17 @@ Schema (columns; order free, extra columns kept in ``extra``)::
 
     spec, source, gpu, op, impl, dtype, batch, m, n, k, heads, kv_heads, seq_q, seq_kv,
     head_dim, causal, phase, direction, measured_us, measured_tflops, timing, notes,
-    out_dtype, kv_dtype, value_dim, quant, kernel, engine
+    out_dtype, kv_dtype, value_dim, quant, kernel, engine, kv_layout
 
-The last six are optional and describe what the engine ran: ``out_dtype`` (GEMM output,
+The last seven are optional and describe what the engine ran: ``out_dtype`` (GEMM output,
 default: the input dtype), ``kv_dtype`` (attention KV-cache dtype, default: ``dtype``),
 ``value_dim`` (attention V head dim, default: ``head_dim``), ``quant`` (quantization
 scheme of a GEMM: :data:`QUANT_SCHEMES`), ``kernel`` (the kernel the engine dispatched, as
-the engine names it) and ``engine`` (``trtllm``, ``vllm``, ``sglang``, …). Where such a
-column is empty, the ``notes`` labels of AIConfigurator's database fill it
+the engine names it), ``engine`` (``trtllm``, ``vllm``, ``sglang``, …) and ``kv_layout``
+(``latent``: a multi-head latent attention cache, one vector of ``head_dim`` elements per
+token whose first ``value_dim`` are the values, as an absorbed MLA decode kernel reads it:
+:attr:`perfmodel.ops.attention.Attention.shared_kv`; empty: keys and values per KV head).
+Where such a column is empty, the ``notes`` labels of AIConfigurator's database fill it
 (:func:`notes_fields`): ``kv=`` the KV dtype, ``ks=`` the kernel, ``q=`` the quantization.
 
 Only ``op``, ``dtype``, ``measured_us`` and the op's size columns are required (each op
@@ -39,7 +42,7 @@ from perfmodel.ops.gemm import QUANT_SCHEMES
 from perfmodel.ops.registry import ROW_OPS
 
 __all__ = [
-    "BASE_COLUMNS", "COLUMNS", "ENGINE_COLUMNS", "QUANT_SCHEMES", "Measurement",
+    "BASE_COLUMNS", "COLUMNS", "ENGINE_COLUMNS", "KV_LAYOUTS", "QUANT_SCHEMES", "Measurement",
     "MeasurementSet", "Record", "csv_records", "is_suspect", "notes_fields", "parse_time_us",
     "read_measurements", "write_measurements",
 ]
@@ -52,7 +55,10 @@ BASE_COLUMNS: tuple[str, ...] = (
 )
 #: Optional columns that say what an engine ran (see the module doc).
 ENGINE_COLUMNS: tuple[str, ...] = ("out_dtype", "kv_dtype", "value_dim", "quant", "kernel",
-                                   "engine")
+                                   "engine", "kv_layout")
+#: Values of the ``kv_layout`` column: keys and values per KV head (empty), or one latent
+#: vector per token (multi-head latent attention).
+KV_LAYOUTS: tuple[str, ...] = ("", "latent")
 #: Every column the reader knows, in the order :func:`write_measurements` writes them.
 COLUMNS: tuple[str, ...] = BASE_COLUMNS + ENGINE_COLUMNS
 #: AIConfigurator's ``q=`` labels -> scheme. Its README: fp8 is per-tensor in TRT-LLM and
@@ -73,7 +79,7 @@ def is_suspect(notes: str) -> bool:
 Record = tuple[int, Mapping[str, str] | None, str]
 _INT_FIELDS = ("batch", "m", "n", "k", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim",
                "value_dim")
-_LABELS = ("out_dtype", "kv_dtype", "quant", "kernel", "engine")
+_LABELS = ("out_dtype", "kv_dtype", "quant", "kernel", "engine", "kv_layout")
 
 
 def notes_fields(notes: str, source: str = "") -> dict[str, str]:
@@ -131,6 +137,7 @@ class Measurement:
     quant: str = ""
     kernel: str = ""
     engine: str = ""
+    kv_layout: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,13 @@ def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
     if quant and quant not in QUANT_SCHEMES:
         raise ValueError(f"column quant: unknown scheme {quant!r} (use one of "
                          f"{', '.join(QUANT_SCHEMES)})")
+    layout = labels.get("kv_layout", "").lower()
+    if layout not in KV_LAYOUTS:
+        raise ValueError(f"column kv_layout: unknown layout {layout!r} (use 'latent' for a "
+                         "multi-head latent attention cache, or leave it empty)")
+    if layout and op != "attention":
+        raise ValueError(f"column kv_layout: {layout!r} describes an attention cache, not "
+                         f"a {op} row (leave it empty)")
     return Measurement(
         row=row, op=op, dtype=dtype, measured_s=us * 1e-6,
         spec=(raw.get("spec") or "").strip(), source=source,
@@ -212,7 +226,7 @@ def parse_row(raw: Mapping[str, str], row: int) -> Measurement:
         causal=_bool(raw.get("causal") or ""), notes=notes, extra=extra,
         out_dtype=labels.get("out_dtype", ""), kv_dtype=labels.get("kv_dtype", ""),
         quant=quant, kernel=labels.get("kernel", ""), engine=labels.get("engine", "").lower(),
-        **sizes,
+        kv_layout=layout, **sizes,
     )
 
 

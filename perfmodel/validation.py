@@ -214,9 +214,13 @@ GROUP_FIELDS: tuple[str, ...] = ("source", "op", "phase", "dtype", "kv_dtype", "
 def group_key(row: Measurement, spec_id: str) -> tuple[str, ...]:
     """(spec, source, op, phase, dtype, kv_dtype, quant, kernel) of a row: rows of one
     device, source, op and dtype that an engine ran with the same kernel and cache or
-    quantization scheme (empty labels where the CSV has none)."""
+    quantization scheme (empty labels where the CSV has none); a latent (MLA) cache's rows
+    are a group of their own (``latent`` after the kernel)."""
+    kernel = row.kernel
+    if row.kv_layout:
+        kernel = f"{kernel} {row.kv_layout}" if kernel else row.kv_layout
     return (spec_id, row.source, row.op, row.phase, row.dtype, row.kv_dtype, row.quant,
-            row.kernel)
+            kernel)
 
 
 def group_label(spec: str, source: str, op: str, phase: str, dtype: str, kv_dtype: str,
@@ -346,7 +350,8 @@ def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
 
 def _batch_key(row: Measurement) -> tuple[Any, ...]:
     """Everything besides the shape that decides how a row is predicted."""
-    labels = (row.timing, row.engine, row.kernel, row.quant, row.out_dtype, row.kv_dtype)
+    labels = (row.timing, row.engine, row.kernel, row.quant, row.out_dtype, row.kv_dtype,
+              row.kv_layout)
     if row.op == "allreduce":  # NCCL's own choice when the row names NCCL, else an engine's
         return (row.op, row.dtype, "nccl" if "nccl" in row.impl.lower() else "auto", *labels)
     if row.op not in ("gemm", "attention"):
@@ -427,7 +432,13 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
     kv_write = rope = False
     tc_group = 0.0
     rule = f"{impl} (num_splits={splits}): {kernel_path(first.impl)[2]}"
-    if first.engine:
+    latent = first.kv_layout == "latent"
+    if latent:
+        # an absorbed MLA decode kernel over the latent cache: the engines' MLA family
+        # (engine_call's rule) unless the impl text names a kernel path itself
+        impl = "mla" if impl == "flash" else impl
+        rule = f"{impl} over a latent cache (kv_layout=latent)"
+    elif first.engine:
         attn = attention_kernel_for_label(first.engine, first.kernel, spec.arch,
                                           first.phase, float(np.max(head_dim)),
                                           first.kv_dtype or dtype,
@@ -440,6 +451,7 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
     attn_op = ROW_OPS["attention"].build(
         dtype, sizes, causal=bool(key[2]), kv_dtype=first.kv_dtype or None, impl=impl,
         num_splits=splits, kv_write=kv_write, rope=rope, tensor_core_min_group=tc_group,
+        shared_kv=latent,
         # the engine call's kind, for the whole batch (rows are grouped by their phase
         # column): decode when every row has one query token, as the model constants were
         # fitted (a batch labelled prefill that runs a decode kernel on one-token rows)

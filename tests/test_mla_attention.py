@@ -4,11 +4,13 @@ decode family (``mla``): bytes and FLOPs by hand, the cache write, the CLI, engi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import perfmodel as pm
 from perfmodel.engines import ENGINES
+from perfmodel.measurements import read_measurements
 
 
 def test_shared_kv_attention_counts_one_latent_vector_per_token() -> None:
@@ -62,3 +64,49 @@ def test_engine_call_of_a_latent_cache_is_the_mla_family(engine: str) -> None:
     assert call.impl == "mla"
     assert call.shared_kv
     assert call.kv_write
+
+
+_LATENT_ROWS = """spec,source,op,dtype,batch,heads,kv_heads,seq_q,seq_kv,head_dim,value_dim,\
+causal,phase,measured_us,timing,kernel,engine,kv_layout
+h100-sxm,mine,attention,bf16,64,128,1,1,4096,576,512,true,decode,1,aic_cuda_graph_replay_mean,\
+flashmla,sglang,latent
+h100-sxm,mine,attention,bf16,32,16,1,1,16384,576,512,true,decode,1,aic_cuda_graph_replay_mean,\
+flashmla,sglang,latent
+"""
+
+
+def test_latent_cache_rows_are_validated_as_the_mla_call(tmp_path: Path) -> None:
+    """A measurement row with ``kv_layout=latent`` is the absorbed MLA decode over a latent
+    cache: it is predicted as ``Attention(shared_kv=True)`` in the ``mla`` family (whatever
+    engine ran it), in a group of its own."""
+    from perfmodel.validation import group_key, group_label, prepare
+
+    path = tmp_path / "mla.csv"
+    path.write_text(_LATENT_ROWS)
+    rows = read_measurements(path).rows
+    assert [r.kv_layout for r in rows] == ["latent", "latent"]
+    prep = prepare(path)
+    ctx = pm.RunContext(launch="graph", engine="sglang")
+    for r, got in zip(prep.rows, prep.predict(), strict=True):
+        op = pm.Attention(batch=r.batch, heads=r.heads, kv_heads=1, seq_q=1, seq_kv=r.seq_kv,
+                          head_dim=576, value_dim=512, causal=True, dtype="bf16", impl="mla",
+                          shared_kv=True, phase="decode")
+        assert got == pytest.approx(pm.predict(op, "h100-sxm", context=ctx).latency_s,
+                                    rel=1e-9)
+        assert group_label(*group_key(r, "h100-sxm")).endswith("/flashmla latent")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"kv_layout": "paged"}, "unknown layout"),
+    ({"op": "gemm", "m": "8", "n": "8", "k": "8"}, "describes an attention cache"),
+])
+def test_bad_kv_layouts_are_named(tmp_path: Path, change: dict[str, str],
+                                  message: str) -> None:
+    header, first = _LATENT_ROWS.replace("\\\n", "").splitlines()[:2]
+    row = dict(zip(header.split(","), first.split(","), strict=True))
+    row.update(change)
+    path = tmp_path / "bad.csv"
+    cols = list(row)
+    path.write_text(",".join(cols) + "\n" + ",".join(row[c] for c in cols) + "\n")
+    with pytest.raises(pm.PerfmodelError, match=message):
+        read_measurements(path)  # the file's only row: "no usable rows", naming why
