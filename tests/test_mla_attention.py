@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import perfmodel as pm
 from perfmodel.engines import ENGINES
@@ -110,3 +113,33 @@ def test_bad_kv_layouts_are_named(tmp_path: Path, change: dict[str, str],
     path.write_text(",".join(cols) + "\n" + ",".join(row[c] for c in cols) + "\n")
     with pytest.raises(pm.PerfmodelError, match=message):
         read_measurements(path)  # the file's only row: "no usable rows", naming why
+
+
+@settings(max_examples=120, deadline=None)
+@given(gpu=st.sampled_from(["h100-sxm", "b200", "a100-80gb-sxm", "l40s", "mi300x"]),
+       impl=st.sampled_from(["mla", "flash", "flash2", "flashinfer", "triton"]),
+       batch=st.integers(1, 256), heads=st.sampled_from([1, 2, 8, 16, 64, 128]),
+       seq_q=st.sampled_from([1, 1, 2, 4]), seq_kv=st.integers(1, 40_000),
+       dims=st.sampled_from([(64, 64), (128, 64), (192, 96), (576, 512)]),
+       fp8_cache=st.booleans())
+def test_a_latent_cache_never_costs_more_than_separate_keys_and_values(
+        gpu: str, impl: str, batch: int, heads: int, seq_q: int, seq_kv: int,
+        dims: tuple[int, int], fp8_cache: bool) -> None:
+    """The same attention over one cached vector per token (``shared_kv``) moves fewer
+    bytes and takes no longer than over separate K and V: the kernel is the same, only its
+    K/V stream shrinks (its residency is not allowed to change with it)."""
+    d, dv = dims
+    kv = "fp8" if fp8_cache and gpu in ("h100-sxm", "b200", "l40s", "mi300x") else "bf16"
+    common: dict[str, Any] = {
+        "batch": batch, "heads": heads, "kv_heads": 1, "seq_q": seq_q, "seq_kv": seq_kv,
+        "head_dim": d, "value_dim": dv, "causal": True, "dtype": "bf16", "kv_dtype": kv,
+        "impl": impl}
+    try:
+        latent = pm.predict(pm.Attention(**common, shared_kv=True), gpu)
+    except pm.PerfmodelError:  # a family with no build there: both calls refuse
+        with pytest.raises(pm.PerfmodelError):
+            pm.predict(pm.Attention(**common), gpu)
+        return
+    separate = pm.predict(pm.Attention(**common), gpu)
+    assert float(latent.bytes_min) < float(separate.bytes_min)
+    assert float(latent.latency_s) <= float(separate.latency_s) * (1 + 1e-12)

@@ -258,9 +258,11 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     s_kv = bytes_per_element(op.kv_dtype)
     smem = k.smem_per_unit
     q_t, kv_t = _tiles(fam, arch, d, s, smem)
-    # elements a K/V tile row holds: K and V, or one latent vector (Attention.shared_kv)
+    # elements of K and V a key brings in: both, or one latent vector (Attention.shared_kv);
+    # residency keeps the two-tile footprint (the kernels' allocation is not published, and
+    # a latent cache must not buy a CTA slot the same kernel over K and V does not have)
     kv_width = d if op.shared_kv else d + dv
-    need = (q_t * d + 2.0 * kv_t * kv_width) * s
+    need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
     per_unit = 1.0 if fam.persistent else ops.clip(ops.floor(smem / need), 1.0, 2.0)
 
     group = heads / kv_heads
