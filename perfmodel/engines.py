@@ -34,6 +34,7 @@ __all__ = [
     "REQUEST_OVERHEAD_S",
     "STEP_OVERHEAD_PER_SEQ_S",
     "STEP_OVERHEAD_S",
+    "VLLM_HOPPER_FLASHINFER_ROWS",
     "AttentionChoice",
     "GemmChoice",
     "GemmDispatch",
@@ -46,6 +47,7 @@ __all__ = [
     "gemm_dispatch",
     "gemm_kernel",
     "gemm_kernel_for_label",
+    "gemm_kernel_for_rows",
     "normalize_engine",
     "step_overhead",
 ]
@@ -453,6 +455,28 @@ def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
 
 
 # -------------------------------------------------------------------------------- GEMM
+#: Rows below which vLLM's block-scaled fp8 linear layer on Hopper runs FlashInfer's
+#: block-scale GEMM (its swapAB kernel) instead of DeepGEMM: vllm-project/vllm
+#: ``FlashInferFp8DeepGEMMDynamicBlockScaledKernel`` ("Small batches (M < 32): FlashInfer's
+#: swapAB trick ... Large batches (M >= 32): DeepGEMM", ``predicate``: ``A.shape[0] < 32``);
+#: AIConfigurator's H100 vLLM rows: FlashInfer at m 1-17, DeepGEMM from m 32 (aligned
+#: shapes). Its Blackwell rows run DeepGEMM at every m.
+VLLM_HOPPER_FLASHINFER_ROWS = 32.0
+
+
+def gemm_kernel_for_rows(engine: str, arch: str, quant: str, rows: float) -> GemmChoice:
+    """:func:`gemm_kernel` for a call of ``rows`` rows (m): the same, except where an
+    engine picks its kernel by the rows (vLLM's block-scaled fp8 on Hopper:
+    :data:`VLLM_HOPPER_FLASHINFER_ROWS`)."""
+    base = gemm_kernel(engine, arch, quant)
+    if normalize_engine(engine) == "vllm" and arch == "hopper" and quant == "block" \
+            and rows < VLLM_HOPPER_FLASHINFER_ROWS:
+        return GemmChoice("flashinfer", base.quantize_input,
+                          "vLLM FlashInferFp8DeepGEMMDynamicBlockScaledKernel: FlashInfer's "
+                          "block-scale GEMM below 32 rows, DeepGEMM from 32")
+    return base
+
+
 def gemm_kernel(engine: str, arch: str, quant: str) -> GemmChoice:
     """The GEMM kernel family ``engine`` runs on ``arch`` for scheme ``quant``.
 

@@ -251,6 +251,15 @@ def test_specs_show_says_which_engines_run_and_with_what(
         attention_kernel("vllm", "ada", "decode", kv_dtype="fp8", group=4.0).impl == "flashinfer"
     assert engines["vllm"]["gemm"]["block"] == "triton"
     assert "nvfp4" not in engines["vllm"]["gemm"]  # no fp4 peak on Ada
+    assert "gemm_few_rows" not in engines["vllm"]
+    # vLLM's block fp8 on Hopper picks FlashInfer's kernel below 32 rows, DeepGEMM from 32
+    assert main(["specs", "show", "h100-sxm", "--json"]) == 0
+    hopper = json.loads(capsys.readouterr().out)["engines"]
+    assert hopper["vllm"]["gemm"]["block"] == "deepgemm"
+    assert hopper["vllm"]["gemm_few_rows"] == {"block": "flashinfer"}
+    assert "gemm_few_rows" not in hopper["sglang"]
+    assert main(["specs", "show", "h100-sxm"]) == 0
+    assert "block flashinfer < 32 rows, deepgemm" in capsys.readouterr().out
     assert main(["specs", "show", "mi210"]) == 0
     amd_text = capsys.readouterr().out
     assert "vllm    attention: prefill flash (native: flash2)" in amd_text

@@ -228,22 +228,24 @@ def test_fp8_latent_cache_without_an_fp8_peak_scales_the_latent_bytes() -> None:
     assert float(ratio) == pytest.approx((qo + 0.5 * cache) / (qo + cache), rel=1e-12)
 
 
-@pytest.mark.parametrize(("engine", "impl"), [("vllm", "deepgemm"), ("sglang", "deepgemm"),
-                                              ("trtllm", "cutlass")])
-def test_block_scaled_checkpoint_runs_the_engines_block_fp8_gemms(engine: str,
+@pytest.mark.parametrize(("engine", "batch", "impl"), [
+    ("vllm", 8, "flashinfer"), ("vllm", 64, "deepgemm"), ("sglang", 8, "deepgemm"),
+    ("trtllm", 8, "cutlass")])
+def test_block_scaled_checkpoint_runs_the_engines_block_fp8_gemms(engine: str, batch: int,
                                                                   impl: str) -> None:
     """DeepSeek-V3's fp8 weights carry 128×128 block scales: each engine's decode step
-    runs its block-scaled fp8 GEMM (DeepGEMM in vLLM and SGLang, CUTLASS in TensorRT-LLM on
-    Hopper) with the activations quantized in the call, exactly the op predicted alone;
-    the same config without block scales takes the engine's per-tensor / per-channel one."""
+    runs its block-scaled fp8 GEMM (vLLM on Hopper FlashInfer's below 32 rows and DeepGEMM
+    from 32, SGLang DeepGEMM, TensorRT-LLM CUTLASS) with the activations quantized in the
+    call, exactly the op predicted alone; the same config without block scales takes the
+    engine's per-tensor / per-channel one."""
     cfg = load_model("deepseek-v3")
-    kw: dict[str, object] = {"phase": "decode", "batch": 8, "context_len": 2048, "tp": 8,
+    kw: dict[str, object] = {"phase": "decode", "batch": batch, "context_len": 2048, "tp": 8,
                              "engine": engine, "step_overhead_s": 0.0}
     p = pm.predict_model(cfg, "h100-sxm", **kw)  # type: ignore[arg-type]
-    assert any(f"{impl} with block scales" in a for a in p.assumptions)
+    assert any(f"run {impl} with block scales" in a for a in p.assumptions)
     assert p.decode is not None
     row = p.decode.op("q_b_proj")
-    alone = pm.Gemm(m=8, n=HEADS / 8 * (NOPE + ROPE), k=RQ, dtype="fp8", out_dtype="bf16",
+    alone = pm.Gemm(m=batch, n=HEADS / 8 * (NOPE + ROPE), k=RQ, dtype="fp8", out_dtype="bf16",
                     shared_b=True, quant="block", impl=impl, quantize_input=True)
     ctx = pm.RunContext(launch="graph", engine=engine)
     assert float(row.latency_s) / float(row.count) \
@@ -266,3 +268,21 @@ def test_sparse_mla_is_read_with_a_warning_naming_the_indexer() -> None:
         cfg = from_hf_dict({**raw, "model_type": "deepseek_v3", "index_topk": 2048,
                             "index_n_heads": 64, "index_head_dim": 128}, "config.json")
     assert cfg.is_mla
+
+
+def test_vllm_block_fp8_kernel_follows_the_rows_across_a_sweep() -> None:
+    """A batch sweep of vLLM's decode on an H100 crosses its 32-row bound: each point's
+    linear layers run the kernel of its own rows (FlashInfer's below, DeepGEMM from 32), as
+    the same points predicted one at a time do; on a B200 DeepGEMM throughout."""
+    cfg = load_model("deepseek-v3")
+    batches = [4, 16, 31, 32, 128]
+    for gpu in ("h100-sxm", "b200"):
+        sweep = pm.predict_model(cfg, gpu, phase="decode", batch=np.asarray(batches),
+                                 context_len=2048, tp=8, engine="vllm")
+        for i, b in enumerate(batches):
+            one = pm.predict_model(cfg, gpu, phase="decode", batch=b, context_len=2048, tp=8,
+                                   engine="vllm")
+            assert float(np.asarray(sweep.latency_s)[i]) \
+                == pytest.approx(float(one.latency_s), rel=1e-9)
+        flashinfer = any("flashinfer" in a for a in sweep.assumptions)
+        assert flashinfer is (gpu == "h100-sxm")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -143,3 +144,21 @@ def test_a_latent_cache_never_costs_more_than_separate_keys_and_values(
     separate = pm.predict(pm.Attention(**common), gpu)
     assert float(latent.bytes_min) < float(separate.bytes_min)
     assert float(latent.latency_s) <= float(separate.latency_s) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(("engine", "gpu", "rows", "impl"), [
+    ("vllm", "h100-sxm", 8, "flashinfer"), ("vllm", "h100-sxm", 31, "flashinfer"),
+    ("vllm", "h100-sxm", 32, "deepgemm"), ("vllm", "b200", 8, "deepgemm"),
+    ("sglang", "h100-sxm", 8, "deepgemm"), ("trtllm", "h100-sxm", 8, "cutlass")])
+def test_block_fp8_engine_call_by_rows(engine: str, gpu: str, rows: int, impl: str) -> None:
+    """vLLM's block-scaled fp8 linear on Hopper: FlashInfer's kernel below 32 rows,
+    DeepGEMM from 32 (FlashInferFp8DeepGEMMDynamicBlockScaledKernel); the others by engine."""
+    op = pm.Gemm(m=rows, n=4096, k=7168, dtype="fp8", quant="block")
+    assert pm.engine_call(op, engine, gpu).impl == impl
+
+
+def test_block_fp8_engine_call_straddling_the_bound_is_an_error() -> None:
+    op = pm.Gemm(m=np.asarray([8, 64]), n=4096, k=7168, dtype="fp8", quant="block")
+    with pytest.raises(pm.PerfmodelError, match="split the call"):
+        pm.engine_call(op, "vllm", "h100-sxm")
+    assert pm.engine_call(op, "vllm", "b200").impl == "deepgemm"

@@ -314,7 +314,13 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
     for prefill and decode (a GQA group of 4, over a 16-bit and an fp8 KV cache where the
     GPU has fp8) and the GEMM of each quantization scheme the GPU has a peak for; where it
     does not, why (:func:`perfmodel.engines.engine_refusal`)."""
-    from perfmodel.engines import ENGINES, attention_kernel, engine_refusal, gemm_kernel
+    from perfmodel.engines import (
+        ENGINES,
+        attention_kernel,
+        engine_refusal,
+        gemm_kernel,
+        gemm_kernel_for_rows,
+    )
 
     out: dict[str, dict[str, Any]] = {}
     for engine in ENGINES[1:]:  # the named engines (not "none")
@@ -329,19 +335,27 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
         schemes = [q for q, dt in (("per-tensor", "fp8"), ("block", "fp8"), ("nvfp4", "fp4"))
                    if dt in hw.peaks]
         gemm = {q: gemm_kernel(engine, hw.arch, q).impl for q in ("none", *schemes)}
-        out[engine] = {"runs": True, "attention": attention, "gemm": gemm}
+        few = {q: small for q in gemm
+               if (small := gemm_kernel_for_rows(engine, hw.arch, q, 1.0).impl) != gemm[q]}
+        out[engine] = {"runs": True, "attention": attention, "gemm": gemm,
+                       **({"gemm_few_rows": few} if few else {})}
     return out
 
 
 def _engine_lines(hw: HardwareSpec) -> list[str]:
     """``specs show``'s engine block: each engine's kernels here, or why it does not run."""
+    from perfmodel.engines import VLLM_HOPPER_FLASHINFER_ROWS
+
     lines = ["engines (the kernels each engine profile runs here: perfmodel.engines)"]
     for engine, info in engine_support(hw).items():
         if not info["runs"]:
             lines.append(f"  {engine:<7} does not run here: {info['why']}")
             continue
         attn = ", ".join(f"{k} {_native(v, hw.arch)}" for k, v in info["attention"].items())
-        gemm = ", ".join(f"{'bf16' if k == 'none' else k} {v}" for k, v in info["gemm"].items())
+        few = info.get("gemm_few_rows", {})
+        gemm = ", ".join(f"{'bf16' if k == 'none' else k} "
+                         + (f"{few[k]} < {VLLM_HOPPER_FLASHINFER_ROWS:.0f} rows, " if k in few
+                            else "") + v for k, v in info["gemm"].items())
         lines.append(f"  {engine:<7} attention: {attn}; GEMM: {gemm}")
     return lines
 

@@ -37,10 +37,11 @@ import numpy.typing as npt
 
 from perfmodel.dtypes import DType, bytes_per_element, weight_bytes_per_element
 from perfmodel.engines import (
+    VLLM_HOPPER_FLASHINFER_ROWS,
     attention_kernel,
     default_quant,
     fused_quantize,
-    gemm_kernel,
+    gemm_kernel_for_rows,
     normalize_engine,
 )
 from perfmodel.hardware.spec import HardwareSpec
@@ -363,6 +364,8 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
         return [(g, f"{engine}: MLA decode runs {impl}" + (
             " (the engines' MLA kernels: FlashMLA, trtllm-gen and FlashInfer's; spec-only, "
             "none measured)" if impl == "mla" else ""))]
+    if g.kind is Gemm:
+        return _engine_gemm(g, hw, engine, block_scales)
     if not (g.kind is Attention and str(args.get("impl", "flash")) == "flash"):
         return [_with_engine(g, hw, engine, block_scales)]
     heads = np.asarray(args["heads"], dtype=np.float64)
@@ -412,12 +415,36 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
         + ("in fp8 over the fp8 KV cache " if fp8 else "") + f"({choice.source})")
 
 
-def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str,
-                 block_scales: bool = False) -> tuple[GraphOp, str | None]:
+def _engine_gemm(g: GraphOp, hw: HardwareSpec, engine: str,
+                 block_scales: bool) -> list[tuple[GraphOp, str | None]]:
+    """GEMM ``g`` as ``engine`` runs it (:func:`_with_engine`); where the engine picks its
+    kernel by the rows (:func:`perfmodel.engines.gemm_kernel_for_rows`) and the points'
+    rows fall on both sides of its bound, a copy of the op per side, each counted only at
+    its points (as attention ops are split by phase)."""
+    m = np.asarray(g.args["m"], dtype=np.float64)
+    count = np.asarray(g.count, dtype=np.float64)
+    shape = np.broadcast_shapes(m.shape, count.shape)
+    rows, counts = np.broadcast_to(m, shape), np.broadcast_to(count, shape)
+    seen = rows[counts > 0]
+    if seen.size == 0:
+        return [_with_engine(g, hw, engine, block_scales)]
+    low = _with_engine(g, hw, engine, block_scales, float(np.min(seen)))
+    high = _with_engine(g, hw, engine, block_scales, float(np.max(seen)))
+    if low[0].args.get("impl") == high[0].args.get("impl"):
+        return [low]
+    small = rows < VLLM_HOPPER_FLASHINFER_ROWS
+    return [_with_engine(dataclasses.replace(g, count=np.where(mask, counts, 0.0)), hw, engine,
+                         block_scales, edge)
+            for mask, edge in ((small, float(np.min(seen))), (~small, float(np.max(seen))))]
+
+
+def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str, block_scales: bool = False,
+                 rows: float = 1.0) -> tuple[GraphOp, str | None]:
     """Non-attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`):
     quantized GEMMs with their scheme (``block`` for fp8 weights with block scales, else
-    the engine's default), kernel and activation quantization; a separate RoPE kernel the
-    engine fuses away gets count 0. Returns the op and a note."""
+    the engine's default), kernel (for calls of ``rows`` rows, where the engine picks by
+    them) and activation quantization; a separate RoPE kernel the engine fuses away gets
+    count 0. Returns the op and a note."""
     args = g.args
     if g.kind is Gemm:
         w = str(args["dtype"])
@@ -425,13 +452,16 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str,
         act = str(args.get("out_dtype") or "bf16")
         if quant != "none" and _native_weights(hw, w, act) \
                 and (w != "fp4" or hw.arch == "blackwell"):
-            gemm = gemm_kernel(engine, hw.arch, quant)
+            gemm = gemm_kernel_for_rows(engine, hw.arch, quant, rows)
+            by_rows = gemm.impl != gemm_kernel_for_rows(engine, hw.arch, quant, math.inf).impl
             fused = fused_quantize(engine, quant)
             new = {**args, "quant": quant, "impl": gemm.impl,
                    "quantize_input": gemm.quantize_input and not fused,
                    "out_dtype": args.get("out_dtype") or "bf16"}
             return dataclasses.replace(g, args=new), (
-                f"{engine}: {w} GEMMs run {gemm.impl} with {quant} scales, activations "
+                f"{engine}: {w} GEMMs "
+                + (f"of fewer than {VLLM_HOPPER_FLASHINFER_ROWS:.0f} rows " if by_rows else "")
+                + f"run {gemm.impl} with {quant} scales, activations "
                 + ("quantized by the kernel before (norm, activation)" if fused
                    else "quantized in the call"))
     if g.kind is Rotary and engine == "trtllm":

@@ -6,7 +6,9 @@
 
 - a GEMM with fp8 or fp4 inputs takes the engine's quantization scheme where it names none
   (:func:`perfmodel.engines.default_quant`: per-channel in SGLang, per-tensor elsewhere,
-  nvfp4 for fp4), the engine's kernel family for it and, where the call quantizes its bf16
+  nvfp4 for fp4), the engine's kernel family for it (by the rows where the engine picks by
+  them: :func:`perfmodel.engines.gemm_kernel_for_rows`; a call whose rows straddle such a
+  bound is an error) and, where the call quantizes its bf16
   activations first, that kernel (``quantize_input``); its output is bf16 unless the op
   names another output dtype than its inputs' (the engines' scaled GEMMs write bf16); a
   16-bit GEMM takes the engine's kernel for it (the vendor library);
@@ -32,7 +34,12 @@ from typing import Any, overload
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
-from perfmodel.engines import attention_kernel, default_quant, gemm_kernel, normalize_engine
+from perfmodel.engines import (
+    attention_kernel,
+    default_quant,
+    gemm_kernel_for_rows,
+    normalize_engine,
+)
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.ops.attention import Attention
@@ -65,7 +72,14 @@ def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str, *,
     changes: dict[str, Any]
     if isinstance(op, Gemm):
         quant = op.quant if op.quant != "none" else default_quant(eng, op.dtype)
-        choice = gemm_kernel(eng, spec.arch, quant)
+        rows = np.asarray(op.m, dtype=np.float64)
+        small, large = (gemm_kernel_for_rows(eng, spec.arch, quant, float(x))
+                        for x in (np.min(rows), np.max(rows)))
+        if small.impl != large.impl:
+            raise PerfmodelError("m", f"{eng} runs {small.impl} for the fewest rows of this "
+                                 f"call and {large.impl} for the most ({small.source})",
+                                 "split the call at that bound")
+        choice = small
         changes = {"impl": choice.impl}
         if quant != "none":  # a scaled GEMM; a 16-bit one takes the vendor library
             changes.update(quant=quant, quantize_input=op.quantize_input or choice.quantize_input,
