@@ -622,6 +622,9 @@ CONFIG_CASES: list[tuple[str, str | bytes, str]] = [
     ("DeepSeek MLA without its head widths", _config(kv_lora_rank=512), "kv_lora_rank"),
     ("DeepSeek-V4 compressed attention", _config(o_lora_rank=1024, compress_ratios=[0, 2]),
      "o_lora_rank"),
+    ("Qwen3-Next linear-attention layers",
+     _config(model_type="qwen3_next", layer_types=["linear_attention"] * 3
+             + ["full_attention"]), "layer_types"),
     ("GPT-2 learned positions", _config(model_type="gpt2", n_positions=1024), "positions"),
     ("missing hidden_size", _config(hidden_size=_DROP), "hidden_size"),
     ("hidden_size words", _config(hidden_size="big"), "hidden_size"),

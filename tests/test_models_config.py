@@ -222,6 +222,10 @@ def test_llama4_shared_expert_and_chunked_layers() -> None:
     assert num_params(cfg) == expected
     # chunked attention on the RoPE layers (3 of every 4), as a window of the chunk
     assert (cfg.num_sliding_layers, cfg.sliding_window) == (36, 8192)
+    # the same when the config lists the layer types itself, as transformers writes them
+    listed = {**scout, "layer_types": ["chunked_attention"] * 3 * 12 + ["full_attention"] * 12}
+    again = from_hf_dict({"model_type": "llama4", "text_config": listed})
+    assert (again.num_sliding_layers, again.sliding_window) == (36, 8192)
     # Maverick interleaves dense and MoE layers: refused, not half wrong
     with pytest.raises(PerfmodelError) as err:
         from_hf_dict({**scout, "interleave_moe_layer_step": 2, "num_local_experts": 128})

@@ -539,12 +539,22 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         # the keys; the KV cache of those layers holds at most a chunk); every 4th layer
         # (NoPE) is global, as transformers' Llama 4 builds them
         chunk = d.get("attention_chunk_size")
-        if chunk and not isinstance(layer_types, list):
+        if chunk:
             window = chunk
-            layer_types = ["sliding" if (i + 1) % 4 else "full" for i in range(
-                _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name))]
+            if not isinstance(layer_types, list):
+                layer_types = ["sliding" if (i + 1) % 4 else "full" for i in range(
+                    _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name))]
     if isinstance(layer_types, list):
-        sliding = sum(1 for t in layer_types if "sliding" in str(t))
+        other = sorted({str(t) for t in layer_types
+                        if any(w in str(t).lower() for w in _NON_ATTENTION_LAYER_WORDS)})
+        if other:  # Qwen3-Next's "linear_attention" (Gated DeltaNet) layers and the like
+            raise PerfmodelError(f"{name}: layer_types", f"layers of type "
+                                 f"{clip_message(', '.join(other), 60)!r} are not attention "
+                                 "layers the cost model describes (linear-attention and "
+                                 "recurrent layers are not modelled)", "use a model whose "
+                                 "layers are all full or sliding-window attention")
+        # a chunked layer (Llama 4's "chunked_attention") is taken as a window of the chunk
+        sliding = sum(1 for t in layer_types if "sliding" in str(t) or "chunked" in str(t))
     elif window and (mtype == "gemma2" or d.get("sliding_window_pattern") is not None):
         # local and global layers interleave where the config names no layer types:
         # Gemma 2 alternates, sliding first (layer i slides where i is even); a
@@ -738,6 +748,10 @@ _NOT_MODELLED = ("mamba", "rwkv", "jamba", "zamba", "bamba", "falcon_h1", "falco
                  "xlstm", "retnet", "hyena", "striped", "lfm2", "plamo2", "hybrid", "ssm",
                  "t5", "bart", "pegasus", "whisper", "bert", "electra", "encoder", "vit",
                  "clip", "siglip")
+#: Words of ``layer_types`` entries that name layers other than softmax attention
+#: (Qwen3-Next's ``linear_attention``, recurrent, state-space or convolution layers).
+_NON_ATTENTION_LAYER_WORDS = ("linear", "mamba", "recurrent", "delta", "ssm", "conv",
+                              "lightning", "rwkv")
 #: Keys only state-space (Mamba-style) configs carry.
 _SSM_KEYS = ("state_size", "ssm_cfg", "d_state", "mamba_d_state", "ssm_state_size",
              "conv_kernel", "time_step_rank", "attn_layer_indices", "attn_layer_period")
