@@ -622,6 +622,9 @@ CONFIG_CASES: list[tuple[str, str | bytes, str]] = [
     ("DeepSeek MLA without its head widths", _config(kv_lora_rank=512), "kv_lora_rank"),
     ("DeepSeek-V4 compressed attention", _config(o_lora_rank=1024, compress_ratios=[0, 2]),
      "o_lora_rank"),
+    ("Kimi Linear delta-attention layers",
+     _config(model_type="kimi_linear", linear_attn_config={"kda_layers": [1, 2, 3]}),
+     "linear_attn_config"),
     ("Qwen3-Next linear-attention layers",
      _config(model_type="qwen3_next", layer_types=["linear_attention"] * 3
              + ["full_attention"]), "layer_types"),

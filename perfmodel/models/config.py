@@ -544,6 +544,10 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
             if not isinstance(layer_types, list):
                 layer_types = ["sliding" if (i + 1) % 4 else "full" for i in range(
                     _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name))]
+    if d.get("linear_attn_config"):  # Kimi Linear: KDA (delta-rule) layers between MLA ones
+        raise PerfmodelError(f"{name}: linear_attn_config", "linear-attention layers (Kimi "
+                             "Delta Attention) are not modelled", "use a model whose layers "
+                             "are all full or sliding-window attention")
     if isinstance(layer_types, list):
         other = sorted({str(t) for t in layer_types
                         if any(w in str(t).lower() for w in _NON_ATTENTION_LAYER_WORDS)})
