@@ -288,18 +288,27 @@ def param_counts(cfg: TransformerConfig) -> dict[str, int]:
     return out
 
 
-def mla_attention_params(cfg: TransformerConfig) -> int:
-    """Parameters of one layer's multi-head latent attention (no biases), with H heads,
-    D = D_nope + D_rope, r_q / r_kv the query / KV ranks:
-    query h·r_q + r_q (its RMSNorm) + r_q·H·D (h·H·D without a query rank); latent and
-    rotary key h·(r_kv + D_rope) + r_kv (its RMSNorm); keys' and values' up-projection
-    r_kv·H·(D_nope + D_v); output H·D_v·h."""
+def mla_projection_params(cfg: TransformerConfig) -> tuple[int, int]:
+    """The linear weights of one layer's multi-head latent attention, as (the
+    down-projections engines replicate on every GPU, the projections split by heads), with
+    H heads, D = D_nope + D_rope, r_q / r_kv the query / KV ranks: down h·(r_q + r_kv +
+    D_rope) (the query's, and the latent's with the rotary key; with no query rank the
+    query's projection h·H·D is split instead); split r_q·H·D (the query's up-projection),
+    r_kv·H·(D_nope + D_v) (keys' and values'), H·D_v·h (output)."""
     h, heads, d = cfg.hidden_size, cfg.num_heads, cfg.head_dim
     rq, rkv, rope = cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_rope_head_dim
-    query = (h * rq + rq + rq * heads * d) if rq else h * heads * d
-    latent = h * (rkv + rope) + rkv
-    up = rkv * heads * (d - rope + cfg.value_dim)
-    return query + latent + up + heads * cfg.value_dim * h
+    down = h * (rq + rkv + rope)
+    split = (rq or h) * heads * d + rkv * heads * (d - rope + cfg.value_dim) \
+        + heads * cfg.value_dim * h
+    return down, split
+
+
+def mla_attention_params(cfg: TransformerConfig) -> int:
+    """Parameters of one layer's multi-head latent attention (no biases): its projections
+    (:func:`mla_projection_params`) and the RMSNorms of the query rank (r_q, where there is
+    one) and of the latent (r_kv)."""
+    down, split = mla_projection_params(cfg)
+    return down + split + cfg.q_lora_rank + cfg.kv_lora_rank
 
 
 def num_params(cfg: TransformerConfig) -> int:
@@ -338,16 +347,23 @@ _ACTS = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu",
          "gelu_python": "gelu", "relu": "relu"}
 
 
-def _compressed_tensors_dtype(quant: dict[str, Any], name: str) -> str | None:
-    """The weight dtype of a compressed-tensors (llm-compressor) checkpoint: its first
-    config group's ``weights`` (``num_bits``, ``type``): int 4/8 → int4/int8, float 8/4 →
-    fp8/fp4; None where the file names no group."""
+def _first_group_weights(quant: dict[str, Any]) -> dict[str, Any] | None:
+    """A compressed-tensors (llm-compressor) quantization_config's first config group's
+    ``weights`` object; None where the file names none."""
     groups = quant.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         return None
     first = next(iter(groups.values()))
     weights = first.get("weights") if isinstance(first, dict) else None
-    if not isinstance(weights, dict):
+    return weights if isinstance(weights, dict) else None
+
+
+def _compressed_tensors_dtype(quant: dict[str, Any], name: str) -> str | None:
+    """The weight dtype of a compressed-tensors (llm-compressor) checkpoint: its first
+    config group's ``weights`` (``num_bits``, ``type``): int 4/8 → int4/int8, float 8/4 →
+    fp8/fp4; None where the file names no group."""
+    weights = _first_group_weights(quant)
+    if weights is None:
         return None
     kind, bits = str(weights.get("type", "int")), weights.get("num_bits")
     known: dict[tuple[str, Any], str] = {("int", 4): "int4", ("int", 8): "int8",
@@ -683,10 +699,8 @@ def _block_scaled(quant: dict[str, Any], method: str) -> bool:
     if method == "fp8":
         return bool(quant.get("weight_block_size"))
     if method == "compressed-tensors":
-        groups = quant.get("config_groups")
-        first = next(iter(groups.values()), None) if isinstance(groups, dict) else None
-        weights = first.get("weights") if isinstance(first, dict) else None
-        return isinstance(weights, dict) and weights.get("strategy") == "block"
+        weights = _first_group_weights(quant)
+        return weights is not None and weights.get("strategy") == "block"
     return False
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.dtypes import bytes_per_element, weight_bytes_per_element
-from perfmodel.models.config import TransformerConfig
+from perfmodel.models.config import TransformerConfig, mla_projection_params
 from perfmodel.models.graph import Dtypes, tp_heads
 from perfmodel.ops.attention import kv_bytes
 from perfmodel.ops.cost import Array
@@ -79,15 +79,10 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
 
 def _mla_weights(cfg: TransformerConfig, t: Array) -> Array:
     """Linear weights of one multi-head latent attention layer per GPU (elements): the
-    query's and the latent's down-projections replicated on every GPU (the engines'
-    replicated ``q_a_proj`` / ``kv_a_proj_with_mqa``), the query's, keys' and values'
-    up-projections and the output projection split over the t GPUs by heads
-    (:func:`perfmodel.models.config.mla_attention_params` without the norms)."""
-    h, heads, d = cfg.hidden_size, cfg.num_heads, cfg.head_dim
-    rq, rkv, rope = cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_rope_head_dim
-    down = h * (rq + rkv + rope)
-    split = (rq if rq else h) * heads * d + rkv * heads * (d - rope + cfg.value_dim) \
-        + heads * cfg.value_dim * h
+    down-projections replicated on every GPU (the engines' replicated ``q_a_proj`` /
+    ``kv_a_proj_with_mqa``), the rest split over the t GPUs by heads
+    (:func:`perfmodel.models.config.mla_projection_params`)."""
+    down, split = mla_projection_params(cfg)
     return np.asarray(down + split / t, dtype=np.float64)
 
 
