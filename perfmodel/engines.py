@@ -48,6 +48,7 @@ __all__ = [
     "gemm_kernel",
     "gemm_kernel_for_label",
     "gemm_kernel_for_rows",
+    "gemm_rows_bound",
     "normalize_engine",
     "step_overhead",
 ]
@@ -464,13 +465,21 @@ def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
 VLLM_HOPPER_FLASHINFER_ROWS = 32.0
 
 
+def gemm_rows_bound(engine: str, arch: str, quant: str) -> float | None:
+    """The rows (m) below which ``engine`` runs another GEMM kernel for ``quant`` on
+    ``arch`` than :func:`gemm_kernel` names, or None where it picks one kernel for every m
+    (vLLM's block-scaled fp8 on Hopper: :data:`VLLM_HOPPER_FLASHINFER_ROWS`)."""
+    if normalize_engine(engine) == "vllm" and arch == "hopper" and quant == "block":
+        return VLLM_HOPPER_FLASHINFER_ROWS
+    return None
+
+
 def gemm_kernel_for_rows(engine: str, arch: str, quant: str, rows: float) -> GemmChoice:
-    """:func:`gemm_kernel` for a call of ``rows`` rows (m): the same, except where an
-    engine picks its kernel by the rows (vLLM's block-scaled fp8 on Hopper:
-    :data:`VLLM_HOPPER_FLASHINFER_ROWS`)."""
+    """:func:`gemm_kernel` for a call of ``rows`` rows (m): the same, except below the
+    bound where an engine picks another kernel by the rows (:func:`gemm_rows_bound`)."""
     base = gemm_kernel(engine, arch, quant)
-    if normalize_engine(engine) == "vllm" and arch == "hopper" and quant == "block" \
-            and rows < VLLM_HOPPER_FLASHINFER_ROWS:
+    bound = gemm_rows_bound(engine, arch, quant)
+    if bound is not None and rows < bound:
         return GemmChoice("flashinfer", base.quantize_input,
                           "vLLM FlashInferFp8DeepGEMMDynamicBlockScaledKernel: FlashInfer's "
                           "block-scale GEMM below 32 rows, DeepGEMM from 32")

@@ -320,6 +320,7 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
         engine_refusal,
         gemm_kernel,
         gemm_kernel_for_rows,
+        gemm_rows_bound,
     )
 
     out: dict[str, dict[str, Any]] = {}
@@ -335,8 +336,8 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
         schemes = [q for q, dt in (("per-tensor", "fp8"), ("block", "fp8"), ("nvfp4", "fp4"))
                    if dt in hw.peaks]
         gemm = {q: gemm_kernel(engine, hw.arch, q).impl for q in ("none", *schemes)}
-        few = {q: small for q in gemm
-               if (small := gemm_kernel_for_rows(engine, hw.arch, q, 1.0).impl) != gemm[q]}
+        few = {q: gemm_kernel_for_rows(engine, hw.arch, q, 1.0).impl
+               for q in gemm if gemm_rows_bound(engine, hw.arch, q) is not None}
         out[engine] = {"runs": True, "attention": attention, "gemm": gemm,
                        **({"gemm_few_rows": few} if few else {})}
     return out
@@ -344,7 +345,7 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
 
 def _engine_lines(hw: HardwareSpec) -> list[str]:
     """``specs show``'s engine block: each engine's kernels here, or why it does not run."""
-    from perfmodel.engines import VLLM_HOPPER_FLASHINFER_ROWS
+    from perfmodel.engines import gemm_rows_bound
 
     lines = ["engines (the kernels each engine profile runs here: perfmodel.engines)"]
     for engine, info in engine_support(hw).items():
@@ -354,8 +355,8 @@ def _engine_lines(hw: HardwareSpec) -> list[str]:
         attn = ", ".join(f"{k} {_native(v, hw.arch)}" for k, v in info["attention"].items())
         few = info.get("gemm_few_rows", {})
         gemm = ", ".join(f"{'bf16' if k == 'none' else k} "
-                         + (f"{few[k]} < {VLLM_HOPPER_FLASHINFER_ROWS:.0f} rows, " if k in few
-                            else "") + v for k, v in info["gemm"].items())
+                         + (f"{few[k]} < {gemm_rows_bound(engine, hw.arch, k):.0f} rows, "
+                            if k in few else "") + v for k, v in info["gemm"].items())
         lines.append(f"  {engine:<7} attention: {attn}; GEMM: {gemm}")
     return lines
 

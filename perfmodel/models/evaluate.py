@@ -37,11 +37,11 @@ import numpy.typing as npt
 
 from perfmodel.dtypes import DType, bytes_per_element, weight_bytes_per_element
 from perfmodel.engines import (
-    VLLM_HOPPER_FLASHINFER_ROWS,
     attention_kernel,
     default_quant,
     fused_quantize,
     gemm_kernel_for_rows,
+    gemm_rows_bound,
     normalize_engine,
 )
 from perfmodel.hardware.spec import HardwareSpec
@@ -430,9 +430,10 @@ def _engine_gemm(g: GraphOp, hw: HardwareSpec, engine: str,
         return [_with_engine(g, hw, engine, block_scales)]
     low = _with_engine(g, hw, engine, block_scales, float(np.min(seen)))
     high = _with_engine(g, hw, engine, block_scales, float(np.max(seen)))
-    if low[0].args.get("impl") == high[0].args.get("impl"):
+    bound = gemm_rows_bound(engine, hw.arch, str(low[0].args.get("quant")))
+    if bound is None or low[0].args.get("impl") == high[0].args.get("impl"):
         return [low]
-    small = rows < VLLM_HOPPER_FLASHINFER_ROWS
+    small = rows < bound
     return [_with_engine(dataclasses.replace(g, count=np.where(mask, counts, 0.0)), hw, engine,
                          block_scales, edge)
             for mask, edge in ((small, float(np.min(seen))), (~small, float(np.max(seen))))]
@@ -453,14 +454,15 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str, block_scales: bool =
         if quant != "none" and _native_weights(hw, w, act) \
                 and (w != "fp4" or hw.arch == "blackwell"):
             gemm = gemm_kernel_for_rows(engine, hw.arch, quant, rows)
-            by_rows = gemm.impl != gemm_kernel_for_rows(engine, hw.arch, quant, math.inf).impl
+            bound = gemm_rows_bound(engine, hw.arch, quant)
+            by_rows = bound is not None and rows < bound
             fused = fused_quantize(engine, quant)
             new = {**args, "quant": quant, "impl": gemm.impl,
                    "quantize_input": gemm.quantize_input and not fused,
                    "out_dtype": args.get("out_dtype") or "bf16"}
             return dataclasses.replace(g, args=new), (
                 f"{engine}: {w} GEMMs "
-                + (f"of fewer than {VLLM_HOPPER_FLASHINFER_ROWS:.0f} rows " if by_rows else "")
+                + (f"of fewer than {bound:.0f} rows " if by_rows else "")
                 + f"run {gemm.impl} with {quant} scales, activations "
                 + ("quantized by the kernel before (norm, activation)" if fused
                    else "quantized in the call"))
