@@ -440,3 +440,50 @@ def test_calibrated_constants_reach_weight_only_gemm_compute() -> None:
     cal = {r.name: r for r in pm.predict_model("llama-3.1-8b", slow, **kw).ops}["qkv_proj"]
     assert base.bottleneck == "compute"  # the mixed-input kernel's rate sets it
     assert float(cal.compute_s) == pytest.approx(4.0 * float(base.compute_s), rel=1e-6)
+
+
+def _mx_gemm(hw: pm.HardwareSpec, m: float, mx: bool) -> tuple[Any, list[str]]:
+    """One batched fp4-weight expert GEMM (32 experts, 2880 x 5760) as a model graph runs
+    it, its weights MXFP4 (``mx``) or not."""
+    from perfmodel.models.evaluate import evaluate_graphs
+    from perfmodel.models.graph import GraphOp
+
+    g = GraphOp("experts_gate_up", pm.Gemm, {"m": m, "n": 5760.0, "k": 2880.0, "batch": 32.0,
+                                             "dtype": "fp4", "out_dtype": "bf16"}, 1.0)
+    (t,), notes = evaluate_graphs([([g], ())], hw, mx_weights=mx)
+    return t, notes
+
+
+@pytest.mark.parametrize("m", [512.0, 4096.0])
+def test_mxfp4_weights_run_w4a8_where_the_gpu_has_fp4_tensor_cores(m: float) -> None:
+    # B200: an MXFP4-weight GEMM multiplies MXFP8 activations (fp8 rate), with the
+    # weights read at 4 bits + one e8m0 scale per 32 (0.5 + 1/32 B); its stand-in is the
+    # fp8 GEMM of the same shape whose weight bytes are scaled accordingly
+    hw = pm.load_hardware("b200")
+    n, k, b = 5760.0, 2880.0, 32.0
+    t, notes = _mx_gemm(hw, m, True)
+    assert any("MXFP8" in note for note in notes)
+    stand = pm.predict(pm.Gemm(m=m, n=n, k=k, batch=b, dtype="fp8", out_dtype="bf16"), hw)
+    real = b * m * k * 1.0 + b * k * n * (0.5 + 1.0 / 32.0) + b * m * n * 2.0
+    full = b * m * k * 1.0 + b * k * n * 1.0 + b * m * n * 2.0
+    assert float(t.values["compute_s"][0]) == pytest.approx(float(stand.compute_s), rel=1e-9)
+    assert float(t.values["memory_s"][0]) == pytest.approx(
+        float(stand.memory_s) * real / full, rel=1e-9)
+    # and never faster than running fp4 x fp4 (nvfp4 activations) would be
+    plain, _ = _mx_gemm(hw, m, False)
+    assert float(t.values["latency_s"][0]) > float(plain.values["latency_s"][0])
+
+
+def test_mxfp4_weights_without_fp4_tensor_cores_stay_weight_only() -> None:
+    # H200 has no fp4 MMA: MXFP4 or not, the weights are upcast to bf16 in the kernel
+    hw = pm.load_hardware("h200-sxm")
+    mx, notes = _mx_gemm(hw, 256.0, True)
+    plain, _ = _mx_gemm(hw, 256.0, False)
+    assert any("upcast" in note for note in notes)
+    assert float(mx.values["latency_s"][0]) == float(plain.values["latency_s"][0])
+
+
+def test_gpt_oss_checkpoints_carry_mxfp4_experts() -> None:
+    assert pm.load_model("gpt-oss-20b").mx_experts
+    assert not pm.load_model("mixtral-8x7b").mx_experts
+    assert not pm.load_model("deepseek-v3").mx_experts

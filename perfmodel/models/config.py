@@ -127,6 +127,10 @@ class TransformerConfig(BaseModel):
     """The checkpoint's fp8 weights carry block scales (128×128: DeepSeek-V3's and the
     Qwen3 FP8 checkpoints' ``quantization_config.weight_block_size``), so an engine runs
     its block-scaled fp8 GEMMs for them rather than its per-tensor / per-channel ones."""
+    mx_experts: bool = False
+    """The expert weights are MXFP4 (OCP microscaling: fp4 with one e8m0 scale per 32;
+    gpt-oss's ``quant_method: mxfp4``), which engines multiply by 8-bit (MXFP8) or 16-bit
+    activations, not fp4 ones (:mod:`perfmodel.models.evaluate`)."""
     source: str = ""
     """Where the numbers come from (checkpoint repository)."""
 
@@ -681,6 +685,7 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         "weight_dtype": wdt,
         "expert_weight_dtype": "fp4" if experts and method == "mxfp4" else None,
         "block_scales": wdt == "fp8" and _block_scaled(quant, method),
+        "mx_experts": bool(experts) and method == "mxfp4",
         "source": str(d.get("_source", "")),
     }
     if d.get("n_positions") is not None and mtype in ("gpt2", "gpt_neo", "gptj", "opt"):

@@ -22,6 +22,15 @@ Dtype fallbacks, decided here because they depend on the GPU:
   4-bit decode GEMM runs at its weights' memory time, not at the padded small tile's.
   Any other GEMM runs in its weight dtype (activations quantised on the fly; the
   quantise kernel is not counted).
+- MXFP4 weights (gpt-oss's experts, :attr:`TransformerConfig.mx_experts`) are not run
+  fp4 × fp4: the engines' MoE kernels for them quantize the activations to MXFP8 and
+  multiply fp4 weights by fp8 activations at the fp8 rate on a GPU with fp4 tensor cores
+  (Blackwell: TensorRT-LLM's deployment guide for gpt-oss lists MXFP8 activations × MXFP4
+  weights on B200/GB200/B300/GB300, BF16 activations on H200 [cited: nvidia.github.io/
+  TensorRT-LLM deployment-guide-for-gpt-oss-on-trtllm]; vLLM's mxfp4 path runs FlashInfer's
+  MXFP4 × MXFP8 MoE kernels there). So such a GEMM is predicted as an fp8 GEMM of the
+  same shape with the weights' traffic at 0.5 + 1/32 B per element (the ratio above), and
+  where the GPU has no fp4 tensor cores it is weight-only, as above.
 - Attention with a KV-cache dtype the GPU has no peak for: the same, on the K/V bytes.
 """
 
@@ -104,12 +113,41 @@ def _native_weights(hw: HardwareSpec, w: str, a: str) -> bool:
     return a not in hw.peaks or hw.peaks[w].peak > hw.peaks[a].peak
 
 
-def _substitute(g: GraphOp, hw: HardwareSpec) -> tuple[dict[str, Any], Any, str | None]:
+def _mx_compute(hw: HardwareSpec, a: str) -> str | None:
+    """The dtype an MXFP4-weight GEMM computes in on ``hw`` with ``a`` activations where
+    that is not ``a`` itself: fp8 (the activations quantized to MXFP8, the MMA taking fp4
+    weights beside fp8 activations at the fp8 rate) on a GPU with fp4 tensor cores whose
+    fp8 peak is above ``a``'s; else None (the weights are upcast to ``a``: weight-only)."""
+    if "fp4" in hw.peaks and "fp8" in hw.peaks and a in hw.peaks \
+            and hw.peaks["fp8"].peak > hw.peaks[a].peak:
+        return "fp8"
+    return None
+
+
+def _substitute(g: GraphOp, hw: HardwareSpec,
+                mx_weights: bool = False) -> tuple[dict[str, Any], Any, str | None]:
     """Arguments of a predictable stand-in for ``g`` on ``hw``, the ratio of real to
-    stand-in memory traffic (None if unchanged) and a note."""
+    stand-in memory traffic (None if unchanged) and a note. ``mx_weights``: the model's
+    fp4 weights are MXFP4 (:attr:`TransformerConfig.mx_experts`), which engines run with
+    8-bit activations (see the module docstring)."""
     args = g.args
     if g.kind is Gemm:
         w, a = str(args["dtype"]), str(args.get("out_dtype") or args["dtype"])
+        mx = _mx_compute(hw, a) if mx_weights and w == "fp4" else None
+        if mx is not None:
+            m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
+            b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
+            b_mats = 1.0 if args.get("shared_b") else b
+            s_c, s_a = bytes_per_element(mx), bytes_per_element(a)
+            out = s_a * b * m * n + (s_a * n if args.get("bias") else 0.0)
+            real = s_c * b * m * k + weight_bytes_per_element(w) * b_mats * k * n + out
+            stand = s_c * b * m * k + s_c * b_mats * k * n + out
+            return ({**args, "dtype": mx, "quant": "none", "quantize_input": False,
+                     "impl": "auto"}, real / stand,
+                    f"MXFP4 weights run with {mx} (MXFP8) activations at the {mx} rate "
+                    "(W4A8: the MoE kernels engines run for MXFP4 checkpoints on "
+                    f"{hw.arch}), read at {weight_bytes_per_element(w):.4g} B/element with "
+                    "their scales")
         # int4 weights (AWQ/GPTQ-style checkpoints) are a storage format: engines compute
         # with the activations' dtype (W4A16, W4A8) even where the GPU has int4 tensor
         # cores; so is any weight dtype whose matmul is no faster than the activations'
@@ -474,7 +512,8 @@ def _with_engine(g: GraphOp, hw: HardwareSpec, engine: str, block_scales: bool =
 
 def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
                     hw: HardwareSpec, engine: str = "none", sinks: bool = False,
-                    block_scales: bool = False) -> tuple[list[GraphTiming], list[str]]:
+                    block_scales: bool = False,
+                    mx_weights: bool = False) -> tuple[list[GraphTiming], list[str]]:
     """Predict every op of every ``(graph, points shape)`` on ``hw``, one predict call
     per op group across all graphs. Returns one :class:`GraphTiming` per graph and the
     notes on dtype fallbacks taken.
@@ -484,7 +523,9 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
     ``none`` is engine-neutral (the architecture's native kernels, one kernel per op).
     ``sinks``: the model's attention has sinks (``TransformerConfig.attention_sinks``),
     which changes some engines' attention backend; ``block_scales``: its fp8 weights carry
-    block scales (``TransformerConfig.block_scales``), which an engine's GEMMs take."""
+    block scales (``TransformerConfig.block_scales``), which an engine's GEMMs take;
+    ``mx_weights``: its fp4 weights are MXFP4 (``TransformerConfig.mx_experts``), run with
+    8-bit activations (:func:`_substitute`) under every engine."""
     engine = normalize_engine(engine)
     context = RunContext(launch="graph", engine=engine) if engine != "none" else None
     notes: list[str] = []
@@ -495,6 +536,9 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
             ops = []
             rotary = any(g.kind is Rotary for g in graph)
             for g in graph:
+                if mx_weights and g.kind is Gemm and g.args["dtype"] == "fp4":
+                    ops.append(g)  # its kernel: _substitute's W4A8 or weight-only GEMM
+                    continue
                 for new, note in _engine_ops(g, hw, engine, rotary, sinks, block_scales):
                     if note and note not in notes:
                         notes.append(note)
@@ -503,7 +547,7 @@ def evaluate_graphs(graphs: list[tuple[list[GraphOp], tuple[int, ...]]],
         graphs = engined
     for gi, (graph, _) in enumerate(graphs):
         for oi, g in enumerate(graph):
-            args, ratio, note = _substitute(g, hw)
+            args, ratio, note = _substitute(g, hw, mx_weights)
             if note and note not in notes:
                 notes.append(note)
             args = _auto_phase(g, args)

@@ -477,7 +477,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
         shape = _shape_of(batch=b, context_len=ctx, tp=t)
         timings, notes = evaluate_graphs(
             [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec, engine,
-            cfg.attention_sinks, cfg.block_scales)
+            cfg.attention_sinks, cfg.block_scales, cfg.mx_experts)
         decode_res = with_host(aggregate(timings[0], "decode"), host)
         step = np.asarray(decode_res.latency_s)
         p_len, g_len = np.full(shape, nan), np.full(shape, nan)
@@ -510,7 +510,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
             graphs.append((decode_graph(cfg, b[..., None], ctx_pts, t[..., None], dt,
                                         attention_impl), (*shape, decode_points)))
         timings, notes = evaluate_graphs(graphs, spec, engine, cfg.attention_sinks,
-                                         cfg.block_scales)
+                                         cfg.block_scales, cfg.mx_experts)
         prefill_res = with_host(aggregate(timings[0], "prefill"), host)
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
         lat, e2e, tps, tpot = ttft, ttft, b * (p - c0) / ttft, np.full(shape, nan)

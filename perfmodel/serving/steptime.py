@@ -209,7 +209,7 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     timings, notes = evaluate_graphs(
         [(dense_graph, t_grid.shape), (dec_graph, (b_grid.size, c_grid.size)),
          (pre_graph, (pt_grid.size, pp_grid.size))], hw, engine.kernels,
-        cfg.attention_sinks, cfg.block_scales)
+        cfg.attention_sinks, cfg.block_scales, cfg.mx_experts)
     dense_t, dec_t, pre_t = timings
     is_lm = [n == "lm_head" for n in dense_t.names]
     dense = _rows(dense_t, [not x for x in is_lm])
