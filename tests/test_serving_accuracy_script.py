@@ -92,3 +92,14 @@ def test_neutral_decode_attention_swaps_only_that_table(tmp_path: Path) -> None:
     assert mixed.dec_attn != engine.dec_attn
     assert mixed.dense == engine.dense
     assert mixed.pre_attn == engine.pre_attn
+
+
+def test_trtllm_bench_heuristic_reads_a_mixed_dtype_checkpoint() -> None:
+    # gpt-oss keeps bf16 attention beside MXFP4 experts: with no weight dtype given the
+    # heuristic sizes the engine from the checkpoint's own dtypes, so its batch lies
+    # between that of all-fp4 and all-bf16 weights (lighter weights, more room for KV)
+    s = _script()
+    bs = {w: s.trtllm_bench_settings("gpt-oss-120b", "h200-sxm", 1, w, "", 1024, 1024)[0]
+          for w in ("fp4", "", "bf16")}
+    assert bs["fp4"] >= bs[""] >= bs["bf16"]
+    assert bs["fp4"] > bs["bf16"]
