@@ -4,7 +4,9 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when the native fused attention (``flash``) began to be PyTorch's
+last retaken when MXFP4 expert weights began to run W4A8 (fp8 MMA, MXFP8 activations) on GPUs
+with fp4 tensor cores (the gpt-oss-20b model run on the B200: TTFT 26.97 → 26.74 ms; no op
+record moved); before that when the native fused attention (``flash``) began to be PyTorch's
 memory-efficient kernel for heads wider than 256 where it is FlashAttention-2 or -3 (two
 head-dim-512 cases on the H100, L4 and MI300X: 22 op records, 0.76-5.4x; nothing else
 moved); before that when FlashInfer attention stopped running on other vendors' GPUs (36 op
