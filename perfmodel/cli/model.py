@@ -42,6 +42,7 @@ from perfmodel.models.config import (
     load_model,
     num_params,
 )
+from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.models.memory import kv_cache_bytes, weight_bytes
 from perfmodel.models.predict import ModelPrediction, predict_model
 
@@ -78,6 +79,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="tokens of the prompt already in the KV cache (prefix caching): "
                    "part of --prompt, so the prefill computes P - C tokens; C < P")
     p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs")
+    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
+                   help="how an MoE model spreads over the --tp GPUs: tp (default), tep "
+                   "(whole experts per GPU beside tensor-parallel attention) or dep "
+                   "(attention data-parallel: each GPU runs its share of the batch; experts "
+                   "expert-parallel)")
     add_dtype_flags(p)
     p.add_argument("--step-overhead-ms", type=host_ms, metavar="MS",
                    help="host time per pass (prefill, each decode step) under --engine, "
@@ -120,7 +126,7 @@ def _list(as_json: bool) -> int:
 def _predict(cfg: TransformerConfig, gpu: str, args: argparse.Namespace) -> ModelPrediction:
     return predict_model(cfg, gpu, phase="generate", batch=args.batch, prompt_len=args.prompt,
                          gen_len=args.gen, cached_prefix=args.cached_prefix, tp=args.tp,
-                         strict=args.strict, **dtype_options(args),
+                         parallel=args.parallel, strict=args.strict, **dtype_options(args),
                          step_overhead_s=None if args.step_overhead_ms is None
                          else args.step_overhead_ms / 1e3)
 
@@ -145,8 +151,9 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
     mem = pred.memory
     f = float
     p, g, b = args.prompt, args.gen, args.batch
+    layout = {"tp": "TP", "tep": "TP attention + EP", "dep": "DP attention + EP"}
     print(f"{cfg.name} ({num_params(cfg) / 1e9:.2f} B params) on {hw.name} [{hw.id}], "
-          f"batch {b}, prompt {p}, generate {g}, TP {args.tp}")
+          f"batch {b}, prompt {p}, generate {g}, {layout[args.parallel]} {args.tp}")
     dt = pred.dtypes
     print(f"dtypes: weights {dt.weight}" + (f", experts {dt.expert}" if cfg.is_moe else "")
           + f", activations {dt.activation}, KV cache {dt.kv}")
@@ -172,10 +179,12 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
     print(f"memory per GPU ({format_capacity(mem.capacity_bytes, hw.memory.type)} on "
           f"{hw.id}; sizes below in 10⁹ B)")
     print(f"  weights      {fmt_bytes(f(mem.weights_bytes)):>10}")
-    per_token = f(kv_cache_bytes(cfg, 1, 1, args.tp, pred.dtypes.kv))  # all layers
+    dep = args.parallel == "dep"  # a GPU caches its own share of the sequences, unsplit
+    per_token = f(kv_cache_bytes(cfg, 1, 1, 1 if dep else args.tp, pred.dtypes.kv))
     window = (f"; {cfg.num_sliding_layers} of {cfg.num_layers} layers keep at most "
               f"{cfg.sliding_window} tokens") if cfg.num_sliding_layers else ""
-    print(f"  KV cache     {fmt_bytes(f(mem.kv_cache_bytes)):>10}   {b} × {ctx} tokens × "
+    seqs = f"{-(-b // args.tp)} (this GPU's share of {b})" if dep else f"{b}"
+    print(f"  KV cache     {fmt_bytes(f(mem.kv_cache_bytes)):>10}   {seqs} × {ctx} tokens × "
           f"{fmt_bytes(per_token)}/token{window}")
     print(f"  activations  {fmt_bytes(f(mem.activation_bytes)):>10}   peak of the prefill")
     print(f"  reserve      {fmt_bytes(mem.reserve_bytes):>10}   "
@@ -223,14 +232,16 @@ def _window_note(cfg: TransformerConfig, args: argparse.Namespace) -> str:
     return f"context {ctx:,} tokens > the model's {window:,}-position window"
 
 
-def _compare(cfg: TransformerConfig, preds: list[ModelPrediction]) -> None:
+def _compare(cfg: TransformerConfig, preds: list[ModelPrediction],
+             args: argparse.Namespace) -> None:
     f = float
     rows = [[p.hardware, fmt_time(f(p.ttft_s)), fmt_time(f(p.tpot_s)), fmt_time(f(p.e2e_s)),
              fmt_rate(f(p.tokens_per_s), "tok/s"), fmt_bytes(f(p.memory.total_bytes)),
              format_capacity(p.memory.capacity_bytes), "yes" if p.memory.fits else "NO",
              f"{f(p.memory.max_batch):,.0f}"] for p in preds]
     print(f"{cfg.name}: batch {f(preds[0].batch):g}, prompt {f(preds[0].prompt_len):g}, "
-          f"generate {f(preds[0].gen_len):g}, TP {f(preds[0].tp):g}")
+          f"generate {f(preds[0].gen_len):g}, TP {f(preds[0].tp):g}"
+          + ("" if args.parallel == "tp" else f" ({args.parallel})"))
     print("\n".join(table(["gpu", "TTFT", "TPOT", "end-to-end", "throughput", "memory",
                            "capacity", "fits", "max batch"], rows)))
 
@@ -310,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
                   "narrower --weight-dtype/--kv-dtype, hold more)\n")
         _report(cfg, preds[0], args, first)
     else:
-        _compare(cfg, preds)
+        _compare(cfg, preds, args)
     if args.plot:
         print(f"\nwrote {args.plot}")
     return 0

@@ -32,6 +32,19 @@ Conventions (an inference server such as vLLM, stated so they can be argued with
   space before attention, ``q_absorb``, and out of it after, ``v_up``) and attends over the
   latent cache as one KV head D = r_kv + D_rope wide whose first r_kv elements are the
   values (``Attention.shared_kv``), in the engines' MLA kernel family (``mla``).
+- Expert and attention data parallelism (``parallel``, over the tp GPUs of one instance;
+  ``tp`` keeps meaning that group's size): ``tep`` keeps attention and dense layers
+  tensor-parallel and spreads the experts whole over the GPUs (E/n each, full width; the
+  all-reduce after the MoE sums their outputs, as under TP); ``dep`` (TensorRT-LLM's
+  ``enable_attention_dp`` with EP, SGLang's DP attention, vLLM's data-parallel attention
+  with expert parallelism) runs attention, the dense layers, embedding and LM head as
+  n replicas, each on ⌈batch/n⌉ of the sequences (the busiest rank's share) with whole
+  weights, and the experts EP: every MoE layer gathers the n ranks' tokens, each GPU runs
+  its E/n experts on the tokens routed to them, and the outputs are scattered back
+  summed: an all-gather and a reduce-scatter of n·tokens·h activations, together the
+  traffic of one ring all-reduce of that buffer (``moe_gather_scatter``, counted as
+  such: 2·(n−1)/n of it per GPU). Routing is balanced over the experts the gathered
+  tokens touch (the expected count, as above), spread evenly over the GPUs.
 - Residual adds and norms are separate kernels (servers often fuse them: a slight
   overestimate of small-op time). With ``fuse_allreduce`` (TensorRT-LLM's all-reduce +
   residual add + RMSNorm kernel) each all-reduce of a TP layer also adds the residual and
@@ -65,10 +78,14 @@ from perfmodel.ops import (
 )
 from perfmodel.ops.cost import Array
 
-__all__ = ["Dtypes", "GraphOp", "decode_graph", "experts_touched", "prefill_graph",
-           "tp_heads"]
+__all__ = ["PARALLEL_LAYOUTS", "Dtypes", "GraphOp", "check_parallel", "decode_graph",
+           "experts_touched", "prefill_graph", "tp_heads"]
 
 Phase = Literal["prefill", "decode"]
+#: How an MoE model spreads over the ``tp`` GPUs of one instance (module docstring): all
+#: tensor-parallel, experts expert-parallel beside tensor-parallel attention, or
+#: attention data-parallel with expert-parallel experts.
+PARALLEL_LAYOUTS: tuple[str, ...] = ("tp", "tep", "dep")
 
 
 @dataclass(frozen=True)
@@ -165,38 +182,70 @@ def _mlp(cfg: TransformerConfig, prefix: str, tokens: Array, width: Array, dt: D
     ]
 
 
-def _moe(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes) -> list[GraphOp]:
-    """The MLP of the MoE layers (all but the leading ``num_dense_layers``)."""
+@dataclass(frozen=True)
+class _Experts:
+    """Where the experts of an MoE layer run: ``group`` GPUs (the instance), of which
+    ``ep`` hold whole experts (1: every GPU holds every expert, 1/group of its width), fed
+    by ``ranks`` attention data-parallel ranks (1: every GPU sees every token)."""
+
+    group: Array
+    ep: Array
+    ranks: Array
+
+
+def _moe(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
+         experts: _Experts | None = None) -> list[GraphOp]:
+    """The MLP of the MoE layers (all but the leading ``num_dense_layers``) on ``tokens``
+    rows per GPU (``experts``: the layout, module docstring; default all TP over ``t``)."""
     h, a, layers = cfg.hidden_size, dt.activation, float(cfg.num_moe_layers)
     e, k = float(cfg.num_experts), float(cfg.experts_per_token)
-    width = np.ceil(cfg.expert_width / t)
-    touched = experts_touched(cfg, tokens)
-    per_expert = np.ceil(tokens * k / touched)
+    x = experts or _Experts(t, np.asarray(1.0), np.asarray(1.0))
+    routed = tokens * x.ranks              # the tokens every GPU's experts serve
+    width = np.ceil(cfg.expert_width / (x.group / x.ep))
+    touched = experts_touched(cfg, routed)
+    local = np.ceil(touched / x.ep)        # the experts of this GPU that tokens reach
+    per_expert = np.ceil(routed * k / touched)
+    pairs = routed * k / x.ep              # (token, expert) pairs this GPU computes
     up_n = (2.0 if cfg.gated_mlp else 1.0) * width
     ops = [
         _g("router", Gemm, layers, m=tokens, n=e, k=h, dtype=a, shared_b=True,
            bias=cfg.router_bias),
         _g("router_topk", Softmax, layers, rows=tokens, cols=e, dtype=a),
-        _g("moe_permute", Elementwise, layers, numel=tokens * (k * h), reads=1.0, writes=1.0,
+        _g("moe_permute", Elementwise, layers, numel=pairs * h, reads=1.0, writes=1.0,
            flops_per_element=0.0, dtype=a, kind="moe_permute"),
         _g("experts_gate_up" if cfg.gated_mlp else "experts_up", Gemm, layers, m=per_expert,
-           n=up_n, k=h, batch=touched, dtype=dt.expert, out_dtype=a, bias=cfg.mlp_bias),
-        _g("experts_act", Activation, layers, tokens=tokens * k, width=width,
+           n=up_n, k=h, batch=local, dtype=dt.expert, out_dtype=a, bias=cfg.mlp_bias),
+        _g("experts_act", Activation, layers, tokens=pairs, width=width,
            kind=_act_kind(cfg), dtype=a),
-        _g("experts_down", Gemm, layers, m=per_expert, n=h, k=width, batch=touched,
+        _g("experts_down", Gemm, layers, m=per_expert, n=h, k=width, batch=local,
            dtype=dt.expert, out_dtype=a, bias=cfg.mlp_bias),
-        _g("moe_combine", Elementwise, layers, numel=tokens * h, reads=k, writes=1.0,
-           flops_per_element=2.0 * k, dtype=a, kind="moe_combine"),
+        _combine(h, a, layers, k, routed, pairs, experts is None),
     ]
     if cfg.shared_expert_intermediate_size:
         ops += _mlp(cfg, "shared_", tokens, np.ceil(cfg.shared_expert_intermediate_size / t),
                     dt, layers)
+    if experts is not None and bool(np.any(x.ranks > 1)):
+        ops.append(_g("moe_gather_scatter", AllReduce, layers, numel=routed * h,
+                      gpus=x.ranks, dtype=a, algorithm="ring"))
     return ops
+
+
+def _combine(h: int, a: DType, layers: float, k: float, routed: Array, pairs: Array,
+             whole: bool) -> GraphOp:
+    """The weighted sum of each token's expert outputs: reads its k outputs, writes one
+    (``whole``: every expert on this GPU, reads k per element written). Experts spread
+    over GPUs: this GPU reads its ``pairs`` outputs and writes a partial sum for every
+    ``routed`` token, (pairs + routed)·h elements moved, as one stream."""
+    if whole:
+        return _g("moe_combine", Elementwise, layers, numel=routed * h, reads=k, writes=1.0,
+                  flops_per_element=2.0 * k, dtype=a, kind="moe_combine")
+    return _g("moe_combine", Elementwise, layers, numel=(pairs + routed) * h, reads=1.0,
+              writes=0.0, flops_per_element=2.0 * k / (k + 1.0), dtype=a, kind="moe_combine")
 
 
 def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
                attention: list[GraphOp], tp_active: bool,
-               fuse_allreduce: bool = False) -> list[GraphOp]:
+               fuse_allreduce: bool = False, experts: _Experts | None = None) -> list[GraphOp]:
     """The ops of every layer in order, with ``attention`` given by the phase."""
     h, a, w, layers = cfg.hidden_size, dt.activation, dt.weight, float(cfg.num_layers)
     heads, kv = tp_heads(cfg, t)
@@ -226,7 +275,7 @@ def _layer_ops(cfg: TransformerConfig, tokens: Array, t: Array, dt: Dtypes,
     ops.append(_g("post_attn_norm", Norm, unfused, tokens=tokens, hidden=h, kind=cfg.norm,
                   dtype=a))
     if cfg.is_moe:
-        ops += _moe(cfg, tokens, t, dt)
+        ops += _moe(cfg, tokens, t, dt, experts)
     if cfg.num_moe_layers < cfg.num_layers:
         ops += _mlp(cfg, "", tokens, np.ceil(cfg.intermediate_size / t), dt,
                     float(cfg.num_layers - cfg.num_moe_layers))
@@ -311,7 +360,8 @@ def _mla_impl(impl: str, native: str) -> str:
 
 
 def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dtypes,
-          attention: list[GraphOp], fuse_allreduce: bool = False) -> list[GraphOp]:
+          attention: list[GraphOp], fuse_allreduce: bool = False,
+          experts: _Experts | None = None) -> list[GraphOp]:
     h, a = cfg.hidden_size, dt.activation
     tp_active = bool(np.any(t > 1))
     vocab_t = np.ceil(cfg.vocab_size / t)
@@ -320,7 +370,7 @@ def _wrap(cfg: TransformerConfig, tokens: Array, batch: Array, t: Array, dt: Dty
     if tp_active:
         ops.append(_g("embed_allreduce", AllReduce, 1.0, False, numel=tokens * h, gpus=t,
                       dtype=a))
-    ops += _layer_ops(cfg, tokens, t, dt, attention, tp_active, fuse_allreduce)
+    ops += _layer_ops(cfg, tokens, t, dt, attention, tp_active, fuse_allreduce, experts)
     ops.append(_g("final_norm", Norm, 1.0, False, tokens=tokens, hidden=h, kind=cfg.norm,
                   dtype=a))
     ops.append(_g("lm_head", Gemm, 1.0, False, m=batch, n=vocab_t, k=h, dtype=a,
@@ -341,23 +391,61 @@ def _arr(x: Any, name: str, minimum: float = 1.0) -> Array:
     return arr
 
 
+def check_parallel(cfg: TransformerConfig, parallel: str, tp: Array) -> None:
+    """Refuse a layout (:data:`PARALLEL_LAYOUTS`) the model or the GPU count cannot take:
+    ``tep``/``dep`` need MoE layers and a GPU count that divides the experts."""
+    if parallel not in PARALLEL_LAYOUTS:
+        raise PerfmodelError("parallel", f"unknown layout {parallel!r}",
+                             f"use one of {', '.join(PARALLEL_LAYOUTS)}")
+    if parallel == "tp":
+        return
+    if not cfg.is_moe:
+        raise PerfmodelError("parallel", f"{parallel!r} spreads experts over the GPUs, and "
+                             f"{cfg.name} has none", "use parallel='tp' (replicas for data "
+                             "parallelism of a dense model)")
+    t = np.asarray(tp, dtype=np.float64)
+    bad = cfg.num_experts % t != 0
+    if np.any(bad):
+        n = int(np.broadcast_to(t, bad.shape)[bad].flat[0]) if bad.ndim else int(t)
+        raise PerfmodelError("tp", f"{n} GPUs do not divide the {cfg.num_experts} experts of "
+                             f"{cfg.name} ({parallel})", "pick a GPU count dividing the "
+                             "expert count")
+
+
+def _layout(cfg: TransformerConfig, parallel: str, b: Array,
+            t: Array) -> tuple[Array, Array, _Experts | None]:
+    """(sequences per attention rank, attention TP degree, expert layout) of ``parallel``
+    for ``b`` sequences on ``t`` GPUs."""
+    check_parallel(cfg, parallel, t)
+    if parallel == "tp" or bool(np.all(t == 1.0)):  # one GPU: every layout is the same
+        return b, t, None
+    if parallel == "tep":
+        return b, t, _Experts(t, t, np.asarray(1.0))
+    one = np.ones_like(t)
+    return np.ceil(b / t), one, _Experts(t, t, t)
+
+
 def _attn(name: str, count: float | Array, **args: Any) -> GraphOp:
     return _g(name, Attention, count, **args)
 
 
 def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_prefix: Any = 0,
                   tp: Any = 1, dtypes: Dtypes | None = None,
-                  attention_impl: str = "flash", fuse_allreduce: bool = False) -> list[GraphOp]:
+                  attention_impl: str = "flash", fuse_allreduce: bool = False,
+                  parallel: str = "tp") -> list[GraphOp]:
     """Ops of a prefill of ``prompt_len`` new tokens per sequence after ``cached_prefix``
-    tokens already in the KV cache (prefix caching), ``batch`` sequences
-    (``fuse_allreduce``: see the module docstring)."""
+    tokens already in the KV cache (prefix caching), ``batch`` sequences over ``tp`` GPUs
+    laid out as ``parallel`` (``fuse_allreduce``, ``parallel``: see the module
+    docstring)."""
     dt = dtypes or Dtypes()
     b, p = _arr(batch, "batch"), _arr(prompt_len, "prompt_len")
     c, t = _arr(cached_prefix, "cached_prefix", 0.0), _arr(tp, "tp")
+    b, t, experts = _layout(cfg, parallel, b, t)
     heads, kv = tp_heads(cfg, t)
     if cfg.is_mla:
         return _wrap(cfg, b * p, b, t, dt, _mla_prefill(cfg, b, p, c, heads, dt,
-                                                        attention_impl), fuse_allreduce)
+                                                        attention_impl), fuse_allreduce,
+                     experts)
     common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
               "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
               "phase": "prefill"}
@@ -376,21 +464,22 @@ def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_pr
         attn.append(_attn("attention_sliding", np.where(band > 0, n, 0.0),
                           seq_q=np.maximum(band, 1.0), seq_kv=w + 0.0 * band, causal=False,
                           **common))
-    return _wrap(cfg, b * p, b, t, dt, attn, fuse_allreduce)
+    return _wrap(cfg, b * p, b, t, dt, attn, fuse_allreduce, experts)
 
 
 def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,
                  dtypes: Dtypes | None = None, attention_impl: str = "flash",
-                 fuse_allreduce: bool = False) -> list[GraphOp]:
+                 fuse_allreduce: bool = False, parallel: str = "tp") -> list[GraphOp]:
     """Ops of one decode step: ``batch`` sequences each adding one token to a KV cache
-    that then holds ``context_len`` tokens (the new one included; ``fuse_allreduce``: see
-    the module docstring)."""
+    that then holds ``context_len`` tokens (the new one included), over ``tp`` GPUs laid
+    out as ``parallel`` (``fuse_allreduce``, ``parallel``: see the module docstring)."""
     dt = dtypes or Dtypes()
     b, ctx, t = _arr(batch, "batch"), _arr(context_len, "context_len"), _arr(tp, "tp")
+    b, t, experts = _layout(cfg, parallel, b, t)
     heads, kv = tp_heads(cfg, t)
     if cfg.is_mla:
         return _wrap(cfg, b, b, t, dt, _mla_decode(cfg, b, ctx, heads, dt, attention_impl),
-                     fuse_allreduce)
+                     fuse_allreduce, experts)
     common = {"batch": b, "heads": heads, "kv_heads": kv, "head_dim": float(cfg.head_dim),
               "dtype": dt.activation, "kv_dtype": dt.kv, "impl": attention_impl,
               "seq_q": 1.0, "causal": True, "phase": "decode"}
@@ -401,4 +490,4 @@ def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any =
         w = float(cfg.sliding_window or 1)
         attn.append(_attn("attention_sliding", float(cfg.num_sliding_layers),
                           seq_kv=np.minimum(ctx, w), **common))
-    return _wrap(cfg, b, b, t, dt, attn, fuse_allreduce)
+    return _wrap(cfg, b, b, t, dt, attn, fuse_allreduce, experts)

@@ -14,6 +14,13 @@
   the MLP block (gate/up out + activation out; MoE: permuted tokens k·T·h plus the expert
   intermediates), at the activation dtype; plus fp32 logits for the last position,
   4·batch·V/t. Whole-prompt prefill (no chunking), so T = batch·prompt.
+- Expert and attention data parallelism (``parallel``, :mod:`perfmodel.models.graph`):
+  the experts divide over the tp GPUs as under TP (E/t whole experts each under ``tep`` and
+  ``dep``: the same bytes); under ``dep`` everything else is held whole by every GPU
+  (attention, dense layers, shared experts, embedding and LM head), each GPU caches the
+  KV of its own ⌈batch/t⌉ sequences, and its activations are those of its sequences plus
+  the gathered tokens of the others, (t − 1)·T·h; ``max_batch`` then counts the sequences
+  of the whole instance (t × a GPU's).
 - Reserve: ``reserve_fraction`` of capacity plus ``reserve_bytes`` (CUDA context, cuBLAS
   workspace, allocator fragmentation); 10 % + 1 GiB unless told otherwise.
 """
@@ -27,7 +34,7 @@ import numpy as np
 
 from perfmodel.dtypes import bytes_per_element, weight_bytes_per_element
 from perfmodel.models.config import TransformerConfig, mla_projection_params
-from perfmodel.models.graph import Dtypes, tp_heads
+from perfmodel.models.graph import Dtypes, check_parallel, tp_heads
 from perfmodel.ops.attention import kv_bytes
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
@@ -39,10 +46,14 @@ DEFAULT_RESERVE_FRACTION = 0.10
 DEFAULT_RESERVE_BYTES = float(2**30)
 
 
-def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = None) -> Array:
-    """Weight bytes held by each GPU under TP degree ``tp``."""
+def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = None,
+                 parallel: str = "tp") -> Array:
+    """Weight bytes held by each GPU of ``tp`` laid out as ``parallel`` (module
+    docstring)."""
     dt = dtypes or Dtypes()
-    t = np.asarray(tp, dtype=np.float64)
+    group = np.asarray(tp, dtype=np.float64)
+    check_parallel(cfg, parallel, group)
+    t = np.ones_like(group) if parallel == "dep" else group  # what divides the rest
     _, kv_t = tp_heads(cfg, t)
     h, layers = cfg.hidden_size, cfg.num_layers
     s_w, s_a = weight_bytes_per_element(dt.weight), bytes_per_element(dt.activation)
@@ -59,13 +70,14 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
         per_layer = (q_o + k_v) * s_w + attn_bias * s_a
     mats = 3.0 if cfg.gated_mlp else 2.0
 
-    def mlp(width: float, s: float) -> Array:
-        bias = ((mats - 1.0) * width / t + h) if cfg.mlp_bias else 0.0
-        return np.asarray(mats * h * width / t * s + bias * s_a)
+    def mlp(width: float, s: float, div: Array = t) -> Array:
+        bias = ((mats - 1.0) * width / div + h) if cfg.mlp_bias else 0.0
+        return np.asarray(mats * h * width / div * s + bias * s_a)
 
     moe = cfg.num_moe_layers
-    # MoE layers: experts, router (+ shared experts); the other layers: the dense MLP
-    moe_mlp = cfg.num_experts * mlp(cfg.expert_width, s_e) \
+    # MoE layers: experts (over the whole group), router (+ shared experts); the other
+    # layers: the dense MLP
+    moe_mlp = cfg.num_experts * mlp(cfg.expert_width, s_e, group) \
         + (h + float(cfg.router_bias)) * cfg.num_experts * s_a if moe else 0.0
     if moe and cfg.shared_expert_intermediate_size:
         moe_mlp = moe_mlp + mlp(cfg.shared_expert_intermediate_size, s_w)
@@ -186,9 +198,11 @@ class MemoryEstimate:
 def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, context_len: Any,
                     prompt_len: Any, tp: Any = 1, dtypes: Dtypes | None = None,
                     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
-                    reserve_bytes: float = DEFAULT_RESERVE_BYTES) -> MemoryEstimate:
+                    reserve_bytes: float = DEFAULT_RESERVE_BYTES,
+                    parallel: str = "tp") -> MemoryEstimate:
     """Memory of ``batch`` sequences holding ``context_len`` tokens of KV cache, the
-    activation peak being that of a ``prompt_len`` prefill (per GPU, TP degree ``tp``)."""
+    activation peak being that of a ``prompt_len`` prefill (per GPU of ``tp`` laid out as
+    ``parallel``: module docstring)."""
     dt = dtypes or Dtypes()
     from perfmodel._errors import PerfmodelError
 
@@ -200,17 +214,25 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
                                  f"{value!r}", "e.g. reserve_fraction=0.1, "
                                  "reserve_bytes=2**30")
     reserve = reserve_fraction * capacity_bytes + reserve_bytes
-    b = np.asarray(batch, dtype=np.float64)
+    group = np.asarray(tp, dtype=np.float64)
+    w = weight_bytes(cfg, group, dt, parallel)
+    # under dep a GPU holds its own sequences with attention unsplit, beside the tokens
+    # the other GPUs gather to it for the experts
+    dep = parallel == "dep"
+    tp = np.ones_like(group) if dep else group
+    share = group if dep else np.ones_like(group)
+    b = np.ceil(np.asarray(batch, dtype=np.float64) / share)
     ctx = np.asarray(context_len, dtype=np.float64)
-    w = weight_bytes(cfg, tp, dt)
+    gathered = (share - 1.0) * np.asarray(prompt_len, dtype=np.float64) * cfg.hidden_size \
+        * bytes_per_element(dt.activation)  # per sequence of this GPU
     kv = kv_cache_bytes(cfg, b, ctx, tp, dt.kv)
-    act = activation_bytes(cfg, b, prompt_len, tp, dt)
+    act = activation_bytes(cfg, b, prompt_len, tp, dt) + b * gathered
     total = w + kv + act + reserve
     avail = capacity_bytes - reserve - w
     # per sequence: KV cache + activations (both linear in batch)
-    per_seq = kv_cache_bytes(cfg, 1.0, ctx, tp, dt.kv) + activation_bytes(cfg, 1.0, prompt_len,
-                                                                          tp, dt)
-    max_batch = np.where(avail > 0, np.floor(np.maximum(avail, 0.0) / per_seq), 0.0)
+    per_seq = kv_cache_bytes(cfg, 1.0, ctx, tp, dt.kv) + activation_bytes(
+        cfg, 1.0, prompt_len, tp, dt) + gathered
+    max_batch = share * np.where(avail > 0, np.floor(np.maximum(avail, 0.0) / per_seq), 0.0)
     # longest context at this batch: full layers grow a·c, sliding ones b·min(c, W)
     room = np.maximum(avail - act, 0.0) / b
     unit = kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv) / max(cfg.num_layers, 1)  # per layer-token

@@ -86,6 +86,8 @@ class ModelPrediction:
     memory: MemoryEstimate
     dtypes: Dtypes
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    parallel: str = "tp"
+    """How an MoE model spreads over the ``tp`` GPUs (:mod:`perfmodel.models.graph`)."""
 
     @functools.cached_property
     def ops(self) -> tuple[OpRow, ...]:
@@ -103,7 +105,8 @@ class ModelPrediction:
             "model": self.model, "hardware": self.hardware, "phase": self.phase,
             "batch": self.batch, "prompt_len": self.prompt_len,
             "context_len": self.context_len, "gen_len": self.gen_len, "tp": self.tp,
-            "latency_s": self.latency_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+            "parallel": self.parallel, "latency_s": self.latency_s, "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s,
             "e2e_s": self.e2e_s, "tokens_per_s": self.tokens_per_s,
             "dtypes": {"weight": self.dtypes.weight, "expert": self.dtypes.expert,
                        "activation": self.dtypes.activation, "kv_cache": self.dtypes.kv},
@@ -346,6 +349,16 @@ def _issue_window(cfg: TransformerConfig, problem: str, strict: bool,
     return problem + _ANYWAY
 
 
+_PARALLEL_NOTES = {
+    "tep": "parallel tep: attention and dense layers tensor-parallel over the tp GPUs, the "
+           "experts expert-parallel (E/tp whole experts per GPU, balanced routing)",
+    "dep": "parallel dep: attention data-parallel (each GPU runs ceil(batch/tp) of the "
+           "sequences with whole weights and its own KV cache), the experts expert-parallel "
+           "(E/tp per GPU) on the tokens of every GPU, gathered and scattered back (one "
+           "ring all-reduce's traffic per MoE layer); balanced routing and ranks",
+}
+
+
 def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   phase: PhaseName = "prefill", batch: Any = 1, prompt_len: Any = None,
                   context_len: Any = None, gen_len: Any = None, cached_prefix: Any = 0,
@@ -355,7 +368,8 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   decode_points: int = 5, reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
                   reserve_bytes: float = DEFAULT_RESERVE_BYTES,
                   strict: bool = False, engine: str = "none",
-                  step_overhead_s: float | None = None) -> ModelPrediction:
+                  step_overhead_s: float | None = None,
+                  parallel: str = "tp") -> ModelPrediction:
     """Predict a transformer's prefill, decode step, or whole generation on ``hw``.
 
     Parameters
@@ -395,13 +409,19 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
     step_overhead_s:
         Host time per pass (prefill or decode step), seconds, instead of the engine's
         (:data:`perfmodel.engines.STEP_OVERHEAD_S` under an engine, 0 for ``none``).
+    parallel:
+        How an MoE model spreads over the ``tp`` GPUs (:mod:`perfmodel.models.graph`):
+        ``tp`` (default: everything tensor-parallel), ``tep`` (experts whole, E/tp per
+        GPU, beside tensor-parallel attention) or ``dep`` (attention data-parallel, each
+        GPU running ⌈batch/tp⌉ of the sequences with whole attention weights and its own
+        KV cache, experts expert-parallel). ``batch`` is the whole instance's in all three.
     """
     cfg = load_model(config)
     spec = load_hardware(hw)
     key = (cfg, spec_token(spec), phase, batch, prompt_len, context_len, gen_len,
            cached_prefix, tp, weight_dtype, activation_dtype, kv_dtype, expert_dtype,
            attention_impl, decode_points, reserve_fraction, reserve_bytes, strict, engine,
-           step_overhead_s)
+           step_overhead_s, parallel)
     memo = _memoisable(key)
     if memo:
         hit = MEMO.get(key)
@@ -415,7 +435,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
         attention_impl=attention_impl, decode_points=decode_points,
         reserve_fraction=reserve_fraction, reserve_bytes=reserve_bytes, strict=strict,
-        engine=engine, step_overhead_s=step_overhead_s)
+        engine=engine, step_overhead_s=step_overhead_s, parallel=parallel)
     over = bool(_issue_window(cfg, problem, strict))
     if memo:
         MEMO.put(key, (float(ctx) if over else None, result))
@@ -435,13 +455,14 @@ def _memoisable(key: tuple[Any, ...]) -> bool:
     """Whether a call can be memoised: every argument a plain Python scalar of the type
     the call accepts (no arrays, no bools for numbers: ``True == 1`` must not hit)."""
     (_, _, phase, batch, prompt, context, gen, cached, tp, w, a, kv, e, impl, points,
-     frac, reserve, strict, engine, host) = key
+     frac, reserve, strict, engine, host, parallel) = key
     return (type(phase) is str and type(batch) in _NUMBER and type(tp) in _NUMBER
             and type(cached) in _NUMBER
             and all(x is None or type(x) in _NUMBER for x in (prompt, context, gen, host))
             and all(x is None or type(x) is str for x in (w, a, kv, e))
             and type(impl) is str and type(points) is int and type(frac) in _NUMBER
-            and type(reserve) in _NUMBER and type(strict) is bool and type(engine) is str)
+            and type(reserve) in _NUMBER and type(strict) is bool and type(engine) is str
+            and type(parallel) is str)
 
 
 def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseName,
@@ -450,7 +471,8 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
                    activation_dtype: str | None, kv_dtype: str | None,
                    expert_dtype: str | None, attention_impl: str, decode_points: int,
                    reserve_fraction: float, reserve_bytes: float, strict: bool, engine: str,
-                   step_overhead_s: float | None) -> tuple[ModelPrediction, Array, str]:
+                   step_overhead_s: float | None,
+                   parallel: str = "tp") -> tuple[ModelPrediction, Array, str]:
     """:func:`predict_model` on a loaded config and spec, the final context and what is
     wrong with it (:func:`_window_problem`, "" when it is within the model's window)."""
     if phase not in ("prefill", "decode", "generate"):
@@ -476,14 +498,15 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
         ctx = need(context_len, "context_len")
         shape = _shape_of(batch=b, context_len=ctx, tp=t)
         timings, notes = evaluate_graphs(
-            [(decode_graph(cfg, b, ctx, t, dt, attention_impl), shape)], spec, engine,
+            [(decode_graph(cfg, b, ctx, t, dt, attention_impl, parallel=parallel), shape)],
+            spec, engine,
             cfg.attention_sinks, cfg.block_scales, cfg.mx_experts)
         decode_res = with_host(aggregate(timings[0], "decode"), host)
         step = np.asarray(decode_res.latency_s)
         p_len, g_len = np.full(shape, nan), np.full(shape, nan)
         ttft, tpot, e2e, tps, lat = np.full(shape, nan), step, np.full(shape, nan), b / step, step
         mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, 1.0, t, dt, reserve_fraction,
-                              reserve_bytes)
+                              reserve_bytes, parallel)
     else:
         p = need(prompt_len, "prompt_len")
         g = need(gen_len, "gen_len") if phase == "generate" else np.asarray(1.0)
@@ -492,7 +515,8 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
             raise PerfmodelError("cached_prefix", "must be smaller than prompt_len (the "
                                  "cached prefix is part of the prompt; at least the last "
                                  "prompt token is computed)", "e.g. cached_prefix=prompt_len-1")
-        graphs = [(prefill_graph(cfg, b, p - c0, c0, t, dt, attention_impl), shape)]
+        graphs = [(prefill_graph(cfg, b, p - c0, c0, t, dt, attention_impl,
+                                 parallel=parallel), shape)]
         p_len, g_len = p * np.ones(shape), g * np.ones(shape)
         ctx = p + g - 1.0  # KV cache after the last step
         weights = None
@@ -508,7 +532,8 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
             w[..., -1] = np.where(span > 0, w[..., -1] / 2.0, w[..., -1])
             weights = w / np.sum(w, axis=-1, keepdims=True)
             graphs.append((decode_graph(cfg, b[..., None], ctx_pts, t[..., None], dt,
-                                        attention_impl), (*shape, decode_points)))
+                                        attention_impl, parallel=parallel),
+                           (*shape, decode_points)))
         timings, notes = evaluate_graphs(graphs, spec, engine, cfg.attention_sinks,
                                          cfg.block_scales, cfg.mx_experts)
         prefill_res = with_host(aggregate(timings[0], "prefill"), host)
@@ -520,10 +545,12 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
             e2e = ttft + np.where(g > 1, (g - 1.0) * np.asarray(decode_res.latency_s), 0.0)
             lat, tps = e2e, b * g / e2e
         mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, p - c0, t, dt,
-                              reserve_fraction, reserve_bytes)
+                              reserve_fraction, reserve_bytes, parallel)
     window = _window_problem(cfg, ctx)
     if window:
         notes = [*notes, window + _ANYWAY]
+    if parallel != "tp":
+        notes = [*notes, _PARALLEL_NOTES[parallel]]
     widened = widened_weights(cfg, dt, weight_dtype)
     if widened:
         notes = [*notes, widened]
@@ -537,5 +564,5 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
         gen_len=as_value(g_len), tp=as_value(t * np.ones(shape)), latency_s=as_value(lat),
         ttft_s=as_value(ttft), tpot_s=as_value(tpot), e2e_s=as_value(e2e),
         tokens_per_s=as_value(tps), prefill=prefill_res, decode=decode_res, memory=mem,
-        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host)
-    ), ctx, window
+        dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host),
+        parallel=parallel), ctx, window
