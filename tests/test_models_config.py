@@ -44,9 +44,10 @@ PUBLISHED_EXACT = {
 PUBLISHED_GPT_OSS = {"gpt-oss-120b": (116.83e9, 5.13e9), "gpt-oss-20b": (20.91e9, 3.61e9)}
 # DeepSeek-V3's README (deepseek-ai/DeepSeek-V3): "671B of the Main Model weights" (beside
 # 14B of the multi-token-prediction module, not modelled), "37B activated for each token".
-# Qwen3-30B-A3B's model card (Qwen/Qwen3-30B-A3B): "Number of Parameters: 30.5B in total
-# and 3.3B activated".
-PUBLISHED_ROUNDED = {"deepseek-v3": (671e9, 37e9), "qwen3-30b-a3b": (30.5e9, 3.3e9)}
+# Qwen3-30B-A3B's and Qwen3-235B-A22B's model cards: "Number of Parameters: 30.5B in total
+# and 3.3B activated", "235B in total and 22B activated".
+PUBLISHED_ROUNDED = {"deepseek-v3": (671e9, 37e9), "qwen3-30b-a3b": (30.5e9, 3.3e9),
+                     "qwen3-235b-a22b": (235e9, 22e9)}
 
 
 def test_every_preset_has_a_published_count() -> None:
