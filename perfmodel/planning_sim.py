@@ -134,7 +134,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                        requests: int, spread: float,
                        options: Mapping[str, Any]) -> tuple[PlanOption, ...]:
     """Options for one GPU type (see the module docstring)."""
-    dtypes = {k: options.get(k) for k in _DTYPE_KEYS}
+    dtypes: dict[str, Any] = {k: options.get(k) for k in _DTYPE_KEYS}
     scheduler, kernels = scheduler_and_kernels(engine)
     overrides: dict[str, Any] = {"kernels": kernels}
     if options.get("attention_impl") not in (None, "flash"):

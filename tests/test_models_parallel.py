@@ -155,3 +155,52 @@ def test_moe_gather_scatter_costs_a_ring_all_reduce() -> None:
     op = AllReduce(numel=64 * 2048, gpus=8, dtype="bf16", algorithm="ring")
     sent = float(op.cost().link_bytes)
     assert sent == pytest.approx(2 * 7 / 8 * 64 * 2048 * 2, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------ serving
+def test_serving_one_gpu_is_the_same_in_every_layout() -> None:
+    from perfmodel.serving import closed_loop, simulate
+
+    wl = closed_loop(16, 64, 512, 32)
+    base = simulate(QWEN, "h100-sxm", wl, engine="trtllm")
+    for parallel in ("tep", "dep"):
+        r = simulate(QWEN, "h100-sxm", wl, engine="trtllm", parallel=parallel)
+        assert np.array_equal(r.finish_s, base.finish_s)
+
+
+def test_serving_dep_gives_each_gpu_its_own_requests_and_pool() -> None:
+    from perfmodel.serving import closed_loop, prepare, simulate
+
+    wl = closed_loop(64, 256, 1024, 64)
+    kw: dict[str, Any] = {"engine": "trtllm", "kv_dtype": "fp8"}
+    r = simulate(DSV3, "h200-sxm", wl, tp=8, parallel="dep", **kw)
+    # 8 ranks, each simulated with a round-robin share of the 256 requests
+    assert sorted(set(r.timeline["replica"].tolist())) == [float(i) for i in range(8)]
+    assert r.to_dict()["gpus"] == 8
+    assert r.engine_knobs["parallel"] == "dep"
+    assert np.all(np.isfinite(r.finish_s))
+    # a rank's pool is one GPU's and holds its own sequences' latents; under TP every GPU
+    # holds the latents of all, so the instance keeps more tokens under dep
+    dep_pool = prepare(DSV3, "h200-sxm", wl, tp=8, parallel="dep", **kw)[3]
+    tp_pool = prepare(DSV3, "h200-sxm", wl, tp=8, **kw)[3]
+    assert dep_pool.bytes_per_token == pytest.approx(tp_pool.bytes_per_token)
+    assert 8 * dep_pool.tokens > tp_pool.tokens
+
+
+def test_cli_serve_and_model_take_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from perfmodel.cli.main import main
+
+    assert main(["serve", "qwen3-30b-a3b", "--gpu", "b200", "--tp", "4", "--parallel", "dep",
+                 "--concurrency", "16", "--prompt", "256", "--gen", "16", "--requests", "32",
+                 "--json", "--no-progress"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["engine_knobs"]["parallel"] == "dep"
+    assert d["gpus"] == 4
+    assert main(["model", "qwen3-30b-a3b", "--gpu", "b200", "--tp", "4", "--parallel", "tep",
+                 "--prompt", "256", "--gen", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parallel"] == "tep"
+    assert main(["model", "llama-3.1-8b", "--gpu", "b200", "--tp", "2", "--parallel", "dep",
+                 "--prompt", "256", "--gen", "16"]) == 2
+    assert "parallel" in capsys.readouterr().err

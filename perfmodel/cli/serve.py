@@ -27,6 +27,7 @@ from perfmodel.cli._model_args import (
     tp_int,
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
+from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.serving import (
     ServeResult,
     Workload,
@@ -69,6 +70,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs per replica")
     p.add_argument("--replicas", type=batch_int, default=1,
                    help="data-parallel replicas behind a round-robin router")
+    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
+                   help="an MoE model's layout over each replica's --tp GPUs: tp (default), "
+                   "tep (whole experts per GPU) or dep (data-parallel attention: each GPU "
+                   "schedules its own share of the requests; experts expert-parallel)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--concurrency", type=batch_int, metavar="C",
                      help="closed loop: C requests in flight")
@@ -93,7 +98,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=None,
                    help="split prompts across steps")
     g.add_argument("--kv-blocks", type=positive_int, metavar="N",
-                   help="KV-cache blocks per replica (default: sized from memory)")
+                   help="KV-cache blocks per replica, per GPU under --parallel dep (default: "
+                   "sized from memory)")
     g.add_argument("--memory-fraction", type=float, metavar="F",
                    help="GPU memory fraction for weights + KV cache (vLLM "
                    "gpu_memory_utilization; TRT-LLM: fraction of free memory)")
@@ -206,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             engine=scheduler_and_kernels(args.engine)[0],
             weight_dtype=args.weight_dtype, activation_dtype=args.activation_dtype,
             kv_dtype=args.kv_dtype, expert_dtype=args.expert_dtype, kv_blocks=args.kv_blocks,
-            progress=bar, **engine_overrides(args))
+            progress=bar, parallel=args.parallel, **engine_overrides(args))
     finally:
         bar.close()
     ttft_slo = args.ttft_slo_ms / 1e3 if args.ttft_slo_ms else None
@@ -225,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
 
 def report(r: ServeResult, ttft_slo: float | None, tpot_slo: float | None) -> None:
     gpus = r.tp * r.replicas
-    print(f"{r.model} on {gpus} × {r.hardware} (TP{r.tp}, {r.replicas} "
+    layout = {"tep": "TP attention + EP", "dep": "DP attention + EP"}.get(
+        str(r.engine_knobs.get("parallel")), "TP")
+    print(f"{r.model} on {gpus} × {r.hardware} ({layout}{r.tp}, {r.replicas} "
           f"replica{'s' if r.replicas > 1 else ''}), {r.engine} scheduler, "
           f"{str(r.engine_knobs.get('kernels', 'none')).replace('none', 'engine-neutral')} "
           "kernels")
@@ -248,7 +256,9 @@ def report(r: ServeResult, ttft_slo: float | None, tpot_slo: float | None) -> No
         print(f"goodput      {good:.3g} requests/s meet {slo} "
               f"({good / max(r.requests_per_s, 1e-12):.0%} of requests)")
     d = r.to_dict()
-    print(f"KV cache     {r.kv_blocks:,} blocks of {r.kv_block_size} tokens per replica, "
+    dep = r.engine_knobs.get("parallel") == "dep"
+    holder = "per GPU (attention rank)" if dep else "per replica"
+    print(f"KV cache     {r.kv_blocks:,} blocks of {r.kv_block_size} tokens {holder}, "
           f"peak {d['kv_cache']['peak_used_fraction']:.0%} used; preemptions "
           f"{d['preemptions']}; {r.steps:,} engine steps")
     print()

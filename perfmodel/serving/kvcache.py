@@ -10,7 +10,10 @@ with f the engine's memory fraction (vLLM ``gpu_memory_utilization``, SGLang
 what is free after loading), activations those of one step of the token budget, and
 context = :data:`perfmodel.models.memory.DEFAULT_RESERVE_BYTES` (CUDA context, workspaces,
 CUDA graphs). Blocks = ⌊pool / (block_size · KV bytes per token)⌋; sliding-window layers are
-counted like full ones (an upper bound on their cache).
+counted like full ones (an upper bound on their cache). Under data-parallel attention
+(``parallel="dep"``) the pool is one GPU's, for the sequences of its own attention rank: KV
+unsplit, the GPU's weights of that layout, and the tokens the other ranks gather to it
+beside its own budget's activations.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import bytes_per_element
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import Dtypes
@@ -62,11 +66,16 @@ class KVPool:
 
 
 def kv_pool(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
-            engine: EngineConfig, blocks: int | None = None) -> KVPool:
+            engine: EngineConfig, blocks: int | None = None, parallel: str = "tp") -> KVPool:
     """Size the pool (see the module docstring); ``blocks`` overrides the count."""
+    w = float(weight_bytes(cfg, tp, dtypes, parallel))
+    budget = float(engine.max_num_batched_tokens)
+    gathered = 0.0
+    if parallel == "dep":  # one attention rank's pool (module docstring)
+        gathered = (tp - 1) * budget * cfg.hidden_size * bytes_per_element(dtypes.activation)
+        tp = 1
     per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, tp, dtypes.kv))
-    w = float(weight_bytes(cfg, tp, dtypes))
-    act = float(activation_bytes(cfg, 1.0, float(engine.max_num_batched_tokens), tp, dtypes))
+    act = float(activation_bytes(cfg, 1.0, budget, tp, dtypes)) + gathered
     cap = float(hw.memory.capacity)
     f = engine.memory_fraction
     if engine.memory_rule == "of_free":

@@ -16,7 +16,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
-from perfmodel.models.graph import tp_heads
+from perfmodel.models.graph import check_parallel, tp_heads
 from perfmodel.models.predict import resolve_dtypes
 from perfmodel.serving.engines import EngineConfig, engine_config
 from perfmodel.serving.kvcache import KVPool, kv_pool
@@ -40,20 +40,23 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
             tp: int = 1, engine: str | EngineConfig = "vllm", weight_dtype: str | None = None,
             activation_dtype: str | None = None, kv_dtype: str | None = None,
             expert_dtype: str | None = None, kv_blocks: int | None = None,
+            parallel: str = "tp",
             **engine_overrides: Any) -> tuple[TransformerConfig, HardwareSpec, EngineConfig,
                                                KVPool, StepModel]:
     """Resolve the model, GPU, engine knobs and KV pool, and build the step-time tables
-    (the part of :func:`simulate` that does not depend on the arrival pattern)."""
+    (the part of :func:`simulate` that does not depend on the arrival pattern). Under
+    ``parallel="dep"`` the pool and tables are one attention rank's (one GPU's)."""
     cfg = load_model(config)
     spec = load_hardware(hw)
     tp = _whole(tp, "tp", "e.g. --tp 4")
+    check_parallel(cfg, parallel, np.asarray(float(tp)))
     tp_heads(cfg, np.asarray(float(tp)))
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
     if isinstance(engine, EngineConfig):
         eng = engine.with_(**engine_overrides)
     else:
         eng = engine_config(engine, spec.memory.capacity, spec.name, **engine_overrides)
-    pool = kv_pool(cfg, spec, tp, dt, eng, kv_blocks)
+    pool = kv_pool(cfg, spec, tp, dt, eng, kv_blocks, parallel)
     check_fits(workload, eng, pool)
     longest = int(np.max(workload.prompt + workload.output))
     max_tokens = eng.max_num_batched_tokens
@@ -62,7 +65,7 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
     max_batch = max(min(eng.max_num_seqs, pool.tokens), 2)
     model = build_step_model(cfg, spec, tp, dt, eng, max_tokens=max_tokens + 1,
                              max_batch=max_batch, max_context=longest + 1,
-                             max_prompt=longest)
+                             max_prompt=longest, parallel=parallel)
     return cfg, spec, eng, pool, model
 
 
@@ -71,27 +74,35 @@ def simulate(config: TransformerConfig | str, hw: HardwareSpec | str, workload: 
              weight_dtype: str | None = None, activation_dtype: str | None = None,
              kv_dtype: str | None = None, expert_dtype: str | None = None,
              kv_blocks: int | None = None, progress: Progress | None = None,
-             **engine_overrides: Any) -> ServeResult:
+             parallel: str = "tp", **engine_overrides: Any) -> ServeResult:
     """Simulate serving ``workload`` (see :mod:`perfmodel.serving.requests`).
 
     ``engine``: ``vllm``, ``trtllm``, ``sglang`` or an :class:`EngineConfig`;
     ``engine_overrides``: any :class:`EngineConfig` field (``max_num_batched_tokens``,
-    ``max_num_seqs``, ``step_overhead_s``...); ``kv_blocks`` fixes the pool size.
+    ``max_num_seqs``, ``step_overhead_s``...); ``kv_blocks`` fixes the pool size;
+    ``parallel``: an MoE model's layout over the ``tp`` GPUs of a replica
+    (:mod:`perfmodel.models.graph`). Under ``dep`` each GPU is an attention rank with its
+    own scheduler, KV pool and share of the requests (round-robin, as between replicas),
+    the ranks stepping together at the pace of one (equally loaded); the engine's sequence
+    cap and token budget are per rank, as TensorRT-LLM's are with attention DP.
     """
     reps = _whole(replicas, "replicas", "e.g. --replicas 2")
     cfg, spec, eng, pool, model = prepare(
         config, hw, workload, tp=tp, engine=engine, weight_dtype=weight_dtype,
         activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
-        kv_blocks=kv_blocks, **engine_overrides)
+        kv_blocks=kv_blocks, parallel=parallel, **engine_overrides)
     return run_prepared(cfg, spec, eng, pool, model, workload, tp=int(tp), replicas=reps,
-                        progress=progress)
+                        progress=progress, parallel=parallel)
 
 
 def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, pool: KVPool,
                  model: StepModel, workload: Workload, *, tp: int, replicas: int = 1,
-                 progress: Progress | None = None) -> ServeResult:
-    """Simulate ``workload`` on ``replicas`` replicas with prepared tables."""
-    parts = workload.split(replicas)
+                 progress: Progress | None = None, parallel: str = "tp") -> ServeResult:
+    """Simulate ``workload`` on ``replicas`` replicas with prepared tables (``parallel``:
+    the layout they were prepared for; under ``dep`` each of a replica's ``tp`` attention
+    ranks is simulated as a replica of its own)."""
+    ranks = tp if parallel == "dep" else 1
+    parts = workload.split(replicas * ranks)
     total = workload.requests
     done_before = [0]
     runs: list[ReplicaRun] = []
@@ -101,7 +112,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
                 progress(base + done, total)
         runs.append(simulate_replica(model, eng, pool, part, report))
         done_before[0] += part.requests
-    index = np.concatenate(workload.shares(replicas))
+    index = np.concatenate(workload.shares(replicas * ranks))
     order = np.argsort(index, kind="stable")
 
     def cat(name: str) -> Any:
@@ -115,6 +126,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
         "policy", "kv_policy", "max_num_batched_tokens", "max_num_seqs", "chunked_prefill",
         "block_size", "memory_fraction", "step_overhead_s", "step_overhead_per_seq_s",
         "request_overhead_s", "fuse_allreduce", "attention_impl", "kernels")}
+    knobs["parallel"] = parallel
     return ServeResult(
         model=cfg.name, hardware=spec.id, engine=eng.name, tp=tp, replicas=replicas,
         workload=workload.describe(), send_s=cat("send_s"), arrival_s=cat("arrival_s"),
@@ -124,11 +136,11 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
         itl_weights=np.concatenate([r.itl_weights for r in runs]), timeline=timeline,
         kv_blocks=pool.blocks, kv_block_size=pool.block_size,
         steps=sum(r.steps for r in runs), engine_knobs=knobs,
-        assumptions=_assumptions(eng, pool, replicas, model))
+        assumptions=_assumptions(eng, pool, replicas, model, ranks))
 
 
 def _assumptions(eng: EngineConfig, pool: KVPool, replicas: int,
-                 model: StepModel) -> tuple[str, ...]:
+                 model: StepModel, ranks: int = 1) -> tuple[str, ...]:
     out = [
         f"engine {eng.name}: {eng.policy.replace('_', '-')} scheduling, step budget "
         f"{eng.max_num_batched_tokens} tokens, at most {eng.max_num_seqs} sequences, "
@@ -149,5 +161,10 @@ def _assumptions(eng: EngineConfig, pool: KVPool, replicas: int,
     ]
     if replicas > 1:
         out.append(f"{replicas} replicas behind a round-robin router")
+    if ranks > 1:
+        out.append(f"data-parallel attention: {ranks} ranks per replica, each one GPU with "
+                   "its own scheduler, KV pool and round-robin share of the requests, "
+                   "stepping together at one rank's pace (equally loaded); the experts "
+                   "expert-parallel over the replica's GPUs")
     out += list(model.notes)
     return tuple(out)

@@ -182,11 +182,14 @@ def _rows(t: GraphTiming, keep: list[bool], field: str = "latency_s") -> Array:
 
 def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
                      engine: EngineConfig, *, max_tokens: int, max_batch: int,
-                     max_context: int, max_prompt: int) -> StepModel:
+                     max_context: int, max_prompt: int, parallel: str = "tp") -> StepModel:
     """Evaluate the step-time tables for ``cfg`` on ``hw`` at TP ``tp`` as ``engine`` runs
     it (its attention path, all-reduce fusion and kernels): steps of up to ``max_tokens``
     tokens, ``max_batch`` decoding sequences, contexts up to ``max_context``, prefill chunks
-    after up to ``max_prompt`` cached tokens."""
+    after up to ``max_prompt`` cached tokens. ``parallel``: the MoE layout over the ``tp``
+    GPUs (:mod:`perfmodel.models.graph`); under ``dep`` the tables are one attention rank's,
+    its steps' tokens meeting as many from each other rank in the MoE layers (ranks in
+    lock-step, equally loaded)."""
     impl, fuse = engine.attention_impl, engine.fuse_allreduce
     # GEMM time steps with the tile count (waves of m-tiles): every 16 tokens up to 16k
     t_grid = np.unique(np.concatenate([grid(min(max_tokens, 64), 64, 2),
@@ -200,12 +203,16 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     def attn_only(graph: list[GraphOp]) -> list[GraphOp]:
         return [g for g in graph if _per_sequence(g)]
 
-    dense_graph = decode_graph(cfg, t_grid, 1.0, tp, dtypes, impl, fuse)
+    # under dep a graph's batch is the instance's: tp ranks of t_grid tokens each
+    ranks = tp if parallel == "dep" else 1
+    dense_graph = decode_graph(cfg, t_grid * ranks, 1.0, tp, dtypes, impl, fuse,
+                               parallel=parallel)
     dense_graph = [g for g in dense_graph if not _per_sequence(g)]
-    dec_graph = attn_only(decode_graph(cfg, b_grid[:, None], c_grid[None, :], tp, dtypes,
-                                       impl, fuse))
-    pre_graph = attn_only(prefill_graph(cfg, 1.0, pt_grid[:, None], pp_grid[None, :], tp,
-                                        dtypes, impl, fuse))
+    attn_tp = 1 if parallel == "dep" else tp  # attention is the rank's own, unsplit
+    dec_graph = attn_only(decode_graph(cfg, b_grid[:, None], c_grid[None, :], attn_tp,
+                                       dtypes, impl, fuse))
+    pre_graph = attn_only(prefill_graph(cfg, 1.0, pt_grid[:, None], pp_grid[None, :],
+                                        attn_tp, dtypes, impl, fuse))
     timings, notes = evaluate_graphs(
         [(dense_graph, t_grid.shape), (dec_graph, (b_grid.size, c_grid.size)),
          (pre_graph, (pt_grid.size, pp_grid.size))], hw, engine.kernels,
