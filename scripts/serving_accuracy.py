@@ -23,6 +23,11 @@ How each row is run (the benchmark's own settings where its source states them):
   frontend (the engine's per-request overhead applies);
 - ``static`` (offline latency benchmark): C requests at t = 0, no frontend.
 
+A row's ``parallel`` column (empty: ``tp``) lays an MoE model out over its ``tp`` GPUs
+(``dep``: TensorRT-LLM's attention data parallelism with expert parallelism, "DEP4"), as
+``perfmodel.serving.simulate(parallel=...)`` does; trtllm-bench's heuristic is then applied
+per rank (one GPU's memory, its own KV; the engine's limits are per rank).
+
 ``--explain`` breaks each closed-loop row's steady state into its parts (below:
 :func:`step_balance`), predicted and as the published figures imply them.
 
@@ -55,7 +60,7 @@ import numpy as np
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.models.config import load_model, num_params
-from perfmodel.models.memory import weight_bytes
+from perfmodel.models.memory import kv_cache_bytes, weight_bytes
 from perfmodel.models.predict import resolve_dtypes
 from perfmodel.serving import closed_loop, prepare, run_prepared
 from perfmodel.serving.engines import EngineConfig
@@ -82,15 +87,25 @@ class Case:
     tp: int
     frontend: bool
     published: dict[str, float]
+    parallel: str = "tp"
 
 
 def trtllm_bench_settings(model: str, gpu: str, tp: int, weight: str, kv: str, isl: int,
-                          osl: int, fraction: float = 0.95) -> tuple[int, int]:
+                          osl: int, fraction: float = 0.95,
+                          parallel: str = "tp") -> tuple[int, int]:
     """trtllm-bench's max_batch_size and max_num_tokens for a dataset of ISL/OSL
-    (its tuning heuristic, restated; memory in GiB of the whole TP group)."""
+    (its tuning heuristic, restated; memory in GiB of the whole TP group; with attention
+    data parallelism, ``dep``, of one rank: one GPU's memory, its weights under that
+    layout and its own KV, the engine's limits being per rank)."""
     cfg = load_model(model)
     spec = load_hardware(gpu)
     gib = 2.0**30
+    if parallel == "dep":
+        dt = resolve_dtypes(cfg, spec, weight or None, None, kv or None)
+        per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, 1, dt.kv)) / gib
+        engine = float(weight_bytes(cfg, tp, dt, "dep")) / gib
+        return _bench_round(fraction * (spec.memory.capacity / gib - engine)
+                            / (per_token * (isl + osl)), isl, osl)
     per_token = 2 * cfg.num_layers * max(tp, cfg.num_kv_heads) * cfg.head_dim \
         * bytes_per_element(kv or "bf16") / gib
     if weight:
@@ -99,7 +114,12 @@ def trtllm_bench_settings(model: str, gpu: str, tp: int, weight: str, kv: str, i
         dt = resolve_dtypes(cfg, spec, None, None, kv or None)
         engine = float(weight_bytes(cfg, tp, dt)) * tp / gib
     free = spec.memory.capacity / gib * tp - engine
-    requests = fraction * free / (per_token * (isl + osl))
+    return _bench_round(fraction * free / (per_token * (isl + osl)), isl, osl)
+
+
+def _bench_round(requests: float, isl: int, osl: int) -> tuple[int, int]:
+    """The heuristic's caps and rounding of ``requests`` that fit into (max_batch_size,
+    max_num_tokens)."""
     raw_bs = min(requests, 4096.0)
     raw_tok = min(raw_bs * (1.0 + isl / osl), 32768.0)
     if raw_bs < 256:
@@ -133,6 +153,7 @@ def load_cases(path: Path, kernels: str | None = None,
         rows = list(csv.DictReader(fh))
     for row in rows:
         tp = int(row["tp"])
+        parallel = (row.get("parallel") or "").strip() or "tp"
         isl, osl = int(row["prompt"]), int(row["output"])
         mode = row["mode"]
         overrides: dict[str, Any] = {}
@@ -141,7 +162,8 @@ def load_cases(path: Path, kernels: str | None = None,
             wl = closed_loop(n, n, isl, osl)
             if row["engine"] == "trtllm":
                 bs, tok = trtllm_bench_settings(row["model"], row["gpu"], tp,
-                                                row["weight_dtype"], row["kv_dtype"], isl, osl)
+                                                row["weight_dtype"], row["kv_dtype"], isl, osl,
+                                                parallel=parallel)
                 tok = max(tok, 8192)
                 overrides = {"max_num_seqs": bs, "max_num_batched_tokens": tok,
                              "memory_fraction": 0.95}
@@ -156,7 +178,7 @@ def load_cases(path: Path, kernels: str | None = None,
             wl = closed_loop(c, int(row["requests"] or c), isl, osl)
         if kernels is not None:
             overrides["kernels"] = kernels
-        args: dict[str, Any] = {"tp": tp, "engine": row["engine"],
+        args: dict[str, Any] = {"tp": tp, "engine": row["engine"], "parallel": parallel,
                                 "weight_dtype": row["weight_dtype"] or None,
                                 "kv_dtype": row["kv_dtype"] or None}
         cfg, spec, eng, pool, model = prepare(row["model"], row["gpu"], wl, **args,
@@ -169,14 +191,15 @@ def load_cases(path: Path, kernels: str | None = None,
         published = {"ttft": _f(row, "ttft_ms") / 1e3, "tpot": _f(row, "tpot_ms") / 1e3,
                      "throughput": _f(row, "throughput_tok_s"), "e2e": _f(row, "e2e_ms") / 1e3}
         cases.append(Case(row, eng, pool, model, cfg, spec, wl, tp, mode == "closed",
-                          published))
+                          published, parallel))
     return cases
 
 
 def predict(case: Case, step: float, per_seq: float, request: float) -> dict[str, float]:
     eng = case.eng.with_(step_overhead_s=step, step_overhead_per_seq_s=per_seq,
                          request_overhead_s=request if case.frontend else 0.0)
-    r = run_prepared(case.cfg, case.spec, eng, case.pool, case.model, case.wl, tp=case.tp)
+    r = run_prepared(case.cfg, case.spec, eng, case.pool, case.model, case.wl, tp=case.tp,
+                     parallel=case.parallel)
     per_gpu = case.row["throughput_scope"].startswith("output tok/s per GPU")
     return {"ttft": float(np.mean(r.ttft_s)), "tpot": float(np.nanmean(r.tpot_s)),
             "throughput": r.per_gpu_tok_s if per_gpu else r.throughput_tok_s,
@@ -271,7 +294,8 @@ def explain(cases: list[Case], params: tuple[float, float, float]) -> None:
             continue
         eng = c.eng.with_(step_overhead_s=params[0], step_overhead_per_seq_s=params[1],
                           request_overhead_s=params[2])
-        r = run_prepared(c.cfg, c.spec, eng, c.pool, c.model, c.wl, tp=c.tp)
+        r = run_prepared(c.cfg, c.spec, eng, c.pool, c.model, c.wl, tp=c.tp,
+                         parallel=c.parallel)
         isl, osl = int(c.row["prompt"]), int(c.row["output"])
         tl = r.timeline
         d = mean_decoding(tl["t_s"], tl["decoding"], 0.5 * float(tl["t_s"][-1]))
@@ -368,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     errs = errors(cases, params)
     by_source: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(cases):  # MoE models apart: their rows test another part
-        by_source[c.row["source"] + (" (MoE)" if c.cfg.is_moe else "")].append(i)
+        kind = " (MoE, DEP)" if c.parallel == "dep" else " (MoE)" if c.cfg.is_moe else ""
+        by_source[c.row["source"] + kind].append(i)
     rows = []
     for s, idx in sorted(by_source.items()):
         summ = summary([cases[i] for i in idx], [errs[i] for i in idx])
@@ -386,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         out = []
         for c, e in zip(cases, errs, strict=True):
             r = c.row
-            cells = [r["source"], r["gpu"], r["model"], f"TP{r['tp']}", r["weight_dtype"],
+            layout = {"dep": "DEP", "tep": "TEP"}.get(c.parallel, "TP")
+            cells = [r["source"], r["gpu"], r["model"], f"{layout}{r['tp']}", r["weight_dtype"],
                      r["mode"], r["concurrency"] or r["requests"], f"{r['prompt']}/{r['output']}"]
             for m in METRICS:
                 cells.append(f"{e[f'pred_{m}']:.4g} vs {c.published[m]:.4g}"

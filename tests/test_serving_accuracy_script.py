@@ -103,3 +103,14 @@ def test_trtllm_bench_heuristic_reads_a_mixed_dtype_checkpoint() -> None:
           for w in ("fp4", "", "bf16")}
     assert bs["fp4"] >= bs[""] >= bs["bf16"]
     assert bs["fp4"] > bs["bf16"]
+
+
+def test_trtllm_bench_heuristic_under_dep_is_per_rank() -> None:
+    # with attention data parallelism a rank is one GPU: its own KV, the experts spread
+    # over the group, so eight GPUs leave each rank more room than four
+    s = _script()
+    four = s.trtllm_bench_settings("deepseek-v3", "b200", 4, "fp4", "fp8", 1024, 1024,
+                                   parallel="dep")[0]
+    eight = s.trtllm_bench_settings("deepseek-v3", "b200", 8, "fp4", "fp8", 1024, 1024,
+                                    parallel="dep")[0]
+    assert eight > four
