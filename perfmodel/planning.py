@@ -288,7 +288,9 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
     """Size a deployment of ``config`` for ``workload`` on each GPU type in ``gpus``.
 
     ``prices`` overrides USD per GPU-hour by GPU id; ``options`` go to
-    :func:`perfmodel.predict_model` (dtypes, attention_impl, reserve_fraction...).
+    :func:`perfmodel.predict_model` (dtypes, attention_impl, reserve_fraction...;
+    ``parallel``, an MoE model's layout over each option's tp GPUs, with
+    ``method="simulate"`` only).
     ``engine`` (``none``, ``vllm``, ``trtllm``, ``sglang``) picks the kernels, and for
     ``method="simulate"`` (the serving simulator) the scheduler too (vLLM's for ``none``);
     targets met at ``percentile`` (mean, p50, p90, p99) over ``requests`` simulated requests
@@ -297,6 +299,9 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
     if method not in ("analytic", "simulate"):
         raise PerfmodelError("method", f"unknown planning method {method!r}",
                              "use 'simulate' or 'analytic'")
+    if options.get("parallel", "tp") != "tp" and method != "simulate":
+        raise PerfmodelError("parallel", "the analytic plan lays models out by TP only",
+                             "use method='simulate' for tep or dep")
     if percentile not in ("mean", "p50", "p90", "p99"):
         raise PerfmodelError("percentile", f"unknown statistic {percentile!r}",
                              "use mean, p50, p90 or p99")

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
-from perfmodel.models.graph import tp_heads
+from perfmodel.models.graph import check_parallel, tp_heads
 from perfmodel.planning import PlanOption, Workload, refused_tp
 from perfmodel.serving import (
     ServeResult,
@@ -135,6 +135,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                        options: Mapping[str, Any]) -> tuple[PlanOption, ...]:
     """Options for one GPU type (see the module docstring)."""
     dtypes: dict[str, Any] = {k: options.get(k) for k in _DTYPE_KEYS}
+    parallel = str(options.get("parallel") or "tp")
     scheduler, kernels = scheduler_and_kernels(engine)
     overrides: dict[str, Any] = {"kernels": kernels}
     if options.get("attention_impl") not in (None, "flash"):
@@ -151,8 +152,12 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
     out = []
     for t in tps:
         try:
-            tp_heads(cfg, np.asarray(float(t)))
+            check_parallel(cfg, parallel, np.asarray(float(t)))
+            if parallel != "dep":  # under dep attention is not split
+                tp_heads(cfg, np.asarray(float(t)))
         except PerfmodelError as exc:
+            if exc.field == "parallel":  # the layout itself, whatever the GPU count
+                raise
             out.append(refused_tp(spec, int(t), exc))
             continue
         base: dict[str, Any] = {"gpu": spec.id, "tp": int(t), "batch": 0, "limited_by": "",
@@ -162,7 +167,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         longest = closed_loop(1, 1, int(np.max(prompt)), int(np.max(output)))
         try:
             c, s, eng, pool, model = prepare(cfg, spec, longest, tp=int(t), engine=scheduler,
-                                             **dtypes, **overrides)
+                                             parallel=parallel, **dtypes, **overrides)
         except PerfmodelError as exc:
             if exc.field not in ("kv_cache", "max_num_batched_tokens"):
                 raise
@@ -188,7 +193,8 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
             while True:
                 load = Requests("poisson", prompt[:k], output[:k], unit_send[:k] / rate, 0,
                                 rate)
-                res = run_prepared(cfg_, spec_, eng_, pool_, model_, load, tp=tp)
+                res = run_prepared(cfg_, spec_, eng_, pool_, model_, load, tp=tp,
+                                   parallel=parallel)
                 if not meets(res):
                     return res, False
                 need = math.ceil(multiple * rate * float(np.mean(res.e2e_s)))
@@ -198,10 +204,11 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                     return res, False
                 k = min(max(need, 2 * k), pool_n)
 
-        max_mem = pool.tokens // (p_len + g_len)
+        # the pool is one attention rank's under dep, a replica's otherwise
+        max_mem = pool.tokens // (p_len + g_len) * (int(t) if parallel == "dep" else 1)
         base.update(weights_bytes_per_gpu=pool.weights_bytes, max_batch_memory=int(max_mem))
         alone = run_prepared(c, s, eng, pool, model, closed_loop(1, 1, p_len, g_len),
-                             tp=int(t))
+                             tp=int(t), parallel=parallel)
         ttft0, tpot0 = _pct(alone, "mean")
         e2e0 = float(np.mean(alone.e2e_s))
         if ttft0 > wl.ttft_target_s or tpot0 > wl.tpot_target_s:
@@ -262,7 +269,9 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         gpus = replicas * int(t)
         out_tok = wl.requests_per_s * float(np.mean(output[:n]))
         cost = gpus * price if price is not None else None
-        batch = _steady_batch(steady_res)
+        # a run's timeline holds each attention rank's records under dep: its mean is one
+        # rank's running sequences, the replica runs t times as many
+        batch = _steady_batch(steady_res) * (int(t) if parallel == "dep" else 1)
         base.update(batch=batch, limited_by=bound, replicas=replicas, gpus=gpus,
                     usd_per_hour=cost,
                     usd_per_million_output_tokens=(cost / (out_tok * 3600.0) * 1e6)

@@ -204,3 +204,41 @@ def test_cli_serve_and_model_take_the_layout(capsys: pytest.CaptureFixture[str])
     assert main(["model", "llama-3.1-8b", "--gpu", "b200", "--tp", "2", "--parallel", "dep",
                  "--prompt", "256", "--gen", "16"]) == 2
     assert "parallel" in capsys.readouterr().err
+
+
+def test_plan_sizes_a_dep_instance() -> None:
+    from perfmodel.planning import Workload, plan
+
+    wl = Workload(2.0, 1024, 128, 5.0, 0.2)
+    p = plan(QWEN, ["b200"], wl, tp_options=(2, 3, 4), method="simulate", engine="trtllm",
+             parallel="dep", requests=100)
+    opts = {o.tp: o for o in p.gpus[0].options}
+    assert not opts[3].feasible                       # 3 GPUs do not divide 128 experts
+    assert "128 experts" in opts[3].reason
+    assert opts[4].feasible
+    assert opts[4].batch % 4 == 0                     # four ranks' sequences
+    with pytest.raises(PerfmodelError) as err:
+        plan(QWEN, ["b200"], wl, method="analytic", parallel="dep")
+    assert err.value.field == "parallel"
+    with pytest.raises(PerfmodelError) as err:        # a dense model has no experts to spread
+        plan(load_model("llama-3.1-8b"), ["b200"], wl, method="simulate", parallel="dep")
+    assert err.value.field == "parallel"
+
+
+def test_dep_does_not_split_heads() -> None:
+    # 64 GPUs cannot split Qwen3-30B-A3B's 32 query heads (tp, tep), but under dep each
+    # GPU runs whole attention and holds 128 / 64 = 2 experts; 6 GPUs divide neither
+    from perfmodel.serving import closed_loop, prepare
+
+    wl = closed_loop(8, 16, 256, 16)
+    with pytest.raises(PerfmodelError) as err:
+        prepare(QWEN, "b200", wl, tp=64, engine="trtllm", parallel="tep")
+    assert "query heads" in err.value.problem
+    prepare(QWEN, "b200", wl, tp=64, engine="trtllm", parallel="dep")  # no error
+    g = decode_graph(QWEN, 128, 512, tp=64, parallel="dep")
+    assert float(_op(g, "attention").args["heads"]) == 32
+    assert float(_op(g, "experts_gate_up").args["batch"]) == math.ceil(
+        _touched(128, 8, 128) / 64)
+    with pytest.raises(PerfmodelError) as err:
+        prepare(QWEN, "b200", wl, tp=6, engine="trtllm", parallel="dep")
+    assert "experts" in err.value.problem

@@ -24,6 +24,7 @@ from perfmodel.cli._model_args import (
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
+from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.planning import Plan, Workload, plan
 from perfmodel.serving.requests import MAX_SIM_REQUESTS
 
@@ -63,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="TPOT target (per output token after the first), ms")
     p.add_argument("--tp", default="1,2,4,8", metavar="T,T...",
                    help="TP degrees to consider (default 1,2,4,8)")
+    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
+                   help="an MoE model's layout over each option's TP GPUs: tp (default), tep "
+                   "or dep (see perfmodel model --help); with --method simulate")
     p.add_argument("--price", action="append", default=[], metavar="ID=USD",
                    help="USD per GPU-hour for a GPU (repeatable), or one number for all")
     p.add_argument("--method", choices=("simulate", "analytic"), default="simulate",
@@ -173,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     result = plan(cfg, args.gpus, wl, tp_options=tps, prices=_prices(args.price, args.gpus),
                   method=args.method, percentile=args.percentile,
                   requests=args.requests, length_spread=args.length_spread,
-                  strict=args.strict, **dtype_options(args))
+                  strict=args.strict, parallel=args.parallel, **dtype_options(args))
     if args.plot:
         from perfmodel.plots import plan_comparison_data, plot_gpu_comparison
         plot_gpu_comparison(plan_comparison_data(result), Path(args.plot))

@@ -50,7 +50,8 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
     spec = load_hardware(hw)
     tp = _whole(tp, "tp", "e.g. --tp 4")
     check_parallel(cfg, parallel, np.asarray(float(tp)))
-    tp_heads(cfg, np.asarray(float(tp)))
+    if parallel != "dep":  # under dep attention is not split
+        tp_heads(cfg, np.asarray(float(tp)))
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
     if isinstance(engine, EngineConfig):
         eng = engine.with_(**engine_overrides)
