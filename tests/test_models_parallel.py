@@ -242,3 +242,21 @@ def test_dep_does_not_split_heads() -> None:
     with pytest.raises(PerfmodelError) as err:
         prepare(QWEN, "b200", wl, tp=6, engine="trtllm", parallel="dep")
     assert "experts" in err.value.problem
+
+
+def test_sweeps_take_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from perfmodel.cli.main import main
+    from perfmodel.sweeps import sweep
+
+    # a tp sweep under dep: each point its own instance (one array pass)
+    res = sweep(QWEN, "b200", "tp", [2, 4, 8], batch=64, prompt_len=512, parallel="dep")
+    one = pm.predict_model(QWEN, "b200", phase="decode", batch=64, context_len=512, tp=4,
+                           parallel="dep")
+    assert float(np.asarray(res.latency_s)[1]) == pytest.approx(float(one.latency_s))
+    assert main(["sweep", "qwen3-30b-a3b", "--gpu", "b200", "--tp", "4", "--parallel", "dep",
+                 "--over", "concurrency", "--values", "8,32", "--prompt", "256", "--gen", "16",
+                 "--requests", "32", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [p["engine_knobs"]["parallel"] for p in d["points"]] == ["dep", "dep"]

@@ -26,6 +26,7 @@ from perfmodel.cli._model_args import (
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
+from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.sweeps import GROUPS, SweepResult, parse_values, sweep
 
 __all__ = ["register"]
@@ -73,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--context", type=token_int, help="decode context (default --prompt)")
     p.add_argument("--gen", type=token_int, default=256, help="for --phase generate")
     p.add_argument("--tp", type=tp_int, default=1)
+    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
+                   help="an MoE model's layout over the --tp GPUs: tp (default), tep or dep "
+                   "(see perfmodel model --help)")
     p.add_argument("--requests", type=positive_int,
                    help="serving sweeps: requests per point (default 10×C, or 1000)")
     add_dtype_flags(p)
@@ -137,7 +141,7 @@ def _serve_sweep(args: argparse.Namespace, values: np.ndarray) -> int:
     scheduler, kernels = scheduler_and_kernels(args.engine)
     res = serve_sweep(args.model, args.gpu, args.over, values.tolist(), prompt=args.prompt,
                       gen=args.gen, requests=args.requests, tp=args.tp, engine=scheduler,
-                      kernels=kernels, **opts)
+                      kernels=kernels, parallel=args.parallel, **opts)
     fmt = "json" if args.json else args.format
     rows = res.rows()
     if fmt == "json":
@@ -168,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     check_plot_target(args.plot, args.model, args.gpu)
     res = sweep(cfg, args.gpu, args.over, values, phase=args.phase, batch=args.batch,
                 prompt_len=args.prompt, context_len=args.context, gen_len=args.gen,
-                tp=args.tp, strict=args.strict, **dtype_options(args))
+                tp=args.tp, strict=args.strict, parallel=args.parallel, **dtype_options(args))
     fmt = "json" if args.json else args.format
     if args.plot:
         from perfmodel.plots import plot_sweep
