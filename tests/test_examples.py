@@ -65,3 +65,11 @@ def test_deepseek_v3_capacity() -> None:
         assert gpu in out, gpu
     assert "cache 70.3 kB/token" in out
     assert "6.0 MB per token" in out  # K and V of 128 heads × 192 × 61 layers, bf16
+    # DEP 8 holds more sequences than TP 8 (each GPU caches its own) on the nodes where
+    # the fp8 weights fit (not 8 H100s: 85 GB per GPU under TP, 101 GB under DEP)
+    tp_lines = out.split("DEP 8")[0]
+    dep_lines = out.split("DEP 8")[1]
+    for gpu in ("h200-sxm", "b200"):
+        tp_batch = int(tp_lines.split(gpu)[1].split("largest batch")[1].split(";")[0])
+        dep_batch = int(dep_lines.split(gpu)[1].split("largest batch")[1].split(";")[0])
+        assert dep_batch > tp_batch, gpu
