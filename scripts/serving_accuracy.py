@@ -364,17 +364,17 @@ def main(argv: list[str] | None = None) -> int:
     eng0 = cases[0].eng
     params = (eng0.step_overhead_s, eng0.step_overhead_per_seq_s, eng0.request_overhead_s)
     if args.fit:
-        # the MoE rows are held out of the fit: scored, never fitted (README, Serving)
-        cases = [c for c in cases if not c.cfg.is_moe]
-        params = fit(cases, (0.0, 0.0, 0.0))
+        # the MoE rows are held out of the fit: scored below, never fitted (README, Serving)
+        dense = [c for c in cases if not c.cfg.is_moe]
+        params = fit(dense, (0.0, 0.0, 0.0))
         print("fitted: benchmarks/serving  step_overhead_s={:.4g} step_overhead_per_seq_s={:.4g} "
               "request_overhead_s={:.4g}".format(*params))
-        sources = sorted({c.row["source"] for c in cases})
+        sources = sorted({c.row["source"] for c in dense})
         held: list[dict[str, float]] = []
         held_cases: list[Case] = []
         for s in sources:
-            train = [c for c in cases if c.row["source"] != s]
-            test = [c for c in cases if c.row["source"] == s]
+            train = [c for c in dense if c.row["source"] != s]
+            test = [c for c in dense if c.row["source"] == s]
             p = fit(train, params)
             print(f"  without {s}: step={p[0]:.4g} per_seq={p[1]:.4g} request={p[2]:.4g}")
             held += errors(test, p)
