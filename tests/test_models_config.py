@@ -48,11 +48,22 @@ PUBLISHED_GPT_OSS = {"gpt-oss-120b": (116.83e9, 5.13e9), "gpt-oss-20b": (20.91e9
 # and 3.3B activated", "235B in total and 22B activated".
 PUBLISHED_ROUNDED = {"deepseek-v3": (671e9, 37e9), "qwen3-30b-a3b": (30.5e9, 3.3e9),
                      "qwen3-235b-a22b": (235e9, 22e9)}
+# Llama 4 Maverick's model card: "17B active parameters, 400B total" (the text model; its
+# vision encoder is not counted): within 1 % of the rounded total.
+PUBLISHED_PERCENT = {"llama-4-maverick": (400e9, 17e9)}
 
 
 def test_every_preset_has_a_published_count() -> None:
     assert set(list_models()) == set(PUBLISHED_EXACT) | set(PUBLISHED_GPT_OSS) \
-        | set(PUBLISHED_ROUNDED)
+        | set(PUBLISHED_ROUNDED) | set(PUBLISHED_PERCENT)
+
+
+@pytest.mark.parametrize("model_id", sorted(PUBLISHED_PERCENT))
+def test_counts_within_a_percent_of_the_model_card(model_id: str) -> None:
+    cfg = load_model(model_id)
+    total, active = PUBLISHED_PERCENT[model_id]
+    assert num_params(cfg) == pytest.approx(total, rel=0.01)
+    assert active_params(cfg) == pytest.approx(active, rel=0.02)
 
 
 @pytest.mark.parametrize("model_id", sorted(PUBLISHED_ROUNDED))
@@ -229,10 +240,22 @@ def test_llama4_shared_expert_and_chunked_layers() -> None:
     listed = {**scout, "layer_types": ["chunked_attention"] * 3 * 12 + ["full_attention"] * 12}
     again = from_hf_dict({"model_type": "llama4", "text_config": listed})
     assert (again.num_sliding_layers, again.sliding_window) == (36, 8192)
-    # Maverick interleaves dense and MoE layers: refused, not half wrong
+    # Maverick: an MoE layer (128 routed experts + the shared one, 8192 wide) every second
+    # layer, dense gated MLPs of intermediate_size_mlp = 16384 between; by hand
+    mav = from_hf_dict({**scout, "interleave_moe_layer_step": 2, "num_local_experts": 128})
+    assert (mav.num_dense_layers, mav.num_moe_layers) == (24, 24)
+    assert (mav.intermediate_size, mav.expert_width) == (16384, 8192)
+    moe = 24 * (129 * 3 * 5120 * 8192 + 5120 * 128)
+    dense = 24 * 3 * 5120 * 16384
+    expected = 48 * (attn + 2 * 5120) + moe + dense + 2 * 202048 * 5120 + 5120
+    assert num_params(mav) == expected
+    # Meta's model card: "17B active parameters, 400B total"
+    assert abs(num_params(mav) - 400e9) < 2e9
+    # the dense layers' width is needed to count them
     with pytest.raises(PerfmodelError) as err:
-        from_hf_dict({**scout, "interleave_moe_layer_step": 2, "num_local_experts": 128})
-    assert err.value.field.endswith("interleave_moe_layer_step")
+        from_hf_dict({**{k: v for k, v in scout.items() if k != "intermediate_size_mlp"},
+                      "interleave_moe_layer_step": 2, "num_local_experts": 128})
+    assert err.value.field.endswith("intermediate_size_mlp")
 
 
 def test_gemma3_is_a_gated_gelu_mlp() -> None:

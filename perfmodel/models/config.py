@@ -103,8 +103,10 @@ class TransformerConfig(BaseModel):
     shared_expert_intermediate_size: NonNeg = 0
     """Total width of always-on shared experts in MoE layers (0: none)."""
     num_dense_layers: Annotated[int, _NB, Field(ge=0, le=MAX_LAYERS)] = 0
-    """Leading layers of an MoE model whose MLP is dense, ``intermediate_size`` wide
-    (DeepSeek's ``first_k_dense_replace``); the other layers are MoE layers."""
+    """Layers of an MoE model whose MLP is dense, ``intermediate_size`` wide (DeepSeek's
+    leading ``first_k_dense_replace``; Llama 4 Maverick's layers between its MoE ones);
+    the other layers are MoE layers. The costs count layers of each kind, whatever their
+    order."""
     router_bias: bool = False
     kv_lora_rank: NonNeg = 0
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; 0: standard attention): width
@@ -548,12 +550,21 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         raise _interleaved(name, "decoder_sparse_step", "MoE on some layers only, dense "
                            "MLPs on the others (decoder_sparse_step > 1 or mlp_only_layers)")
     llama4 = mtype.startswith("llama4")
+    llama4_dense = 0
     if llama4:
+        # Llama 4 Maverick: an MoE layer every ``interleave_moe_layer_step`` layers (the
+        # last of each step: transformers' Llama4TextModel), the others dense MLPs of
+        # ``intermediate_size_mlp``; the costs count layers of each kind, not their order
         step = _whole(d.get("interleave_moe_layer_step", 1) or 1, "interleave_moe_layer_step",
                       name)
-        if step > 1:
-            raise _interleaved(name, "interleave_moe_layer_step", f"MoE layers every {step} "
-                               "layers, dense ones between (Llama 4 Maverick)")
+        if step > 1 and moe:
+            layers_ = _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name)
+            llama4_dense = layers_ - layers_ // step
+            dense_width = d.get("intermediate_size_mlp")
+            if dense_width is None:
+                raise PerfmodelError(f"{name}: intermediate_size_mlp", "Llama 4 with dense "
+                                     "layers between the MoE ones needs their width",
+                                     "copy intermediate_size_mlp from the model's config.json")
         # chunked local attention (a token attends within its attention_chunk_size chunk)
         # on the RoPE layers, taken as a sliding window of the chunk (an upper bound of
         # the keys; the KV cache of those layers holds at most a chunk); every 4th layer
@@ -651,7 +662,8 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                              "n_head_kv") if d.get(k) is not None),
                              1 if d.get("multi_query") else None),
         "head_dim": d.get("head_dim"),
-        "intermediate_size": inter,
+        "intermediate_size": _whole(d["intermediate_size_mlp"], "intermediate_size_mlp", name)
+        if llama4_dense else inter,
         "gated_mlp": gated,
         "activation": _ACTS[act],
         "vocab_size": _req(d, name, "vocab_size"),
@@ -673,9 +685,11 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                     "num_experts_per_tok", name) if experts else 0,
         "expert_intermediate_size": _whole(d["moe_intermediate_size"],
                                            "moe_intermediate_size", name)
-        if experts and d.get("moe_intermediate_size") is not None else None,
-        "num_dense_layers": _whole(d.get("first_k_dense_replace", 0) or 0,
-                                   "first_k_dense_replace", name) if experts else 0,
+        if experts and d.get("moe_intermediate_size") is not None
+        else inter if llama4_dense else None,
+        "num_dense_layers": llama4_dense or (_whole(d.get("first_k_dense_replace", 0) or 0,
+                                                    "first_k_dense_replace", name)
+                                             if experts else 0),
         # Llama 4's MoE layers add one shared expert as wide as a routed one
         "shared_expert_intermediate_size": _whole(
             d.get("shared_expert_intermediate_size", inter if llama4 else 0) or 0,

@@ -247,8 +247,8 @@ def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str
     if cfg.is_moe:
         out.append("MoE: tokens spread evenly over the experts they touch (perfect balance); "
                    "experts touched = E·(1-(1-k/E)^tokens)"
-                   + (f"; the first {cfg.num_dense_layers} of {cfg.num_layers} layers have a "
-                      "dense MLP" if cfg.num_dense_layers else ""))
+                   + (f"; {cfg.num_dense_layers} of {cfg.num_layers} layers have a dense MLP"
+                      if cfg.num_dense_layers else ""))
     if cfg.num_sliding_layers:
         out.append(f"{cfg.num_sliding_layers} of {cfg.num_layers} layers use a "
                    f"{cfg.sliding_window}-token sliding window (KV cache capped there too)")
