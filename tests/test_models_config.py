@@ -298,18 +298,30 @@ def test_falcon_kv_heads_tied_head_and_gelu_defaults() -> None:
     assert from_hf_dict(f7).num_kv_heads == 1
 
 
-@pytest.mark.parametrize("extra", [{"decoder_sparse_step": 2}, {"mlp_only_layers": [0, 1]}])
-def test_moe_on_some_layers_only_is_refused(extra: dict[str, object]) -> None:
-    # Qwen-MoE configs can leave some layers dense: every layer would be read as MoE
+@pytest.mark.parametrize(("extra", "moe_layers"), [
+    ({"decoder_sparse_step": 2}, 24),                      # layers 1, 3, 5, ... (i + 1 even)
+    ({"mlp_only_layers": [0, 1]}, 46),
+    ({"decoder_sparse_step": 2, "mlp_only_layers": [1, 2]}, 23),  # 1 dropped, 2 was dense
+])
+def test_moe_on_some_layers_only(extra: dict[str, object], moe_layers: int) -> None:
+    # Qwen-MoE configs can leave some layers dense (transformers' Qwen2-MoE: layer i is MoE
+    # where i is not in mlp_only_layers and i + 1 is a multiple of decoder_sparse_step);
+    # the dense ones are MLPs of intermediate_size, and the parameters count both kinds
     qwen = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
             "moe_intermediate_size": 768, "num_attention_heads": 32, "num_key_value_heads": 4,
             "head_dim": 128, "num_hidden_layers": 48, "num_experts": 128,
             "num_experts_per_tok": 8, "vocab_size": 151936, "decoder_sparse_step": 1,
             "mlp_only_layers": []}
-    assert from_hf_dict(qwen).num_experts == 128
+    every = from_hf_dict(qwen)
+    assert every.num_moe_layers == 48
+    cfg = from_hf_dict({**qwen, **extra})
+    assert cfg.num_moe_layers == moe_layers
+    moe = 128 * 3 * 2048 * 768 + 2048 * 128
+    dense = 3 * 2048 * 6144
+    assert num_params(cfg) - num_params(every) == (48 - moe_layers) * (dense - moe)
     with pytest.raises(PerfmodelError) as err:
-        from_hf_dict({**qwen, **extra})
-    assert "interleaved" in err.value.problem
+        from_hf_dict({**qwen, "mlp_only_layers": "0,1"})
+    assert err.value.field.endswith("mlp_only_layers")
 
 
 @pytest.mark.parametrize(("quant", "dtype"), [
@@ -377,10 +389,11 @@ def test_deepseek_moe_shared_experts_and_leading_dense_layer() -> None:
     # the model card: 16.4B total, 2.8B activated
     assert num_params(cfg) == pytest.approx(16.4e9, rel=0.01)
     assert active_params(cfg) == pytest.approx(2.8e9, rel=0.02)
-    # MoE every other layer (DeepSeek's moe_layer_freq) is refused, not half wrong
-    with pytest.raises(PerfmodelError) as err:
-        from_hf_dict({**DEEPSEEK_MOE, "moe_layer_freq": 2})
-    assert err.value.field.endswith("moe_layer_freq")
+    # MoE at every second index from first_k_dense_replace on (DeepSeek's moe_layer_freq 2:
+    # layers 2, 4, ..., 26, 13 of them), dense MLPs of intermediate_size elsewhere
+    half = from_hf_dict({**DEEPSEEK_MOE, "moe_layer_freq": 2})
+    assert (half.num_moe_layers, half.num_dense_layers) == (13, 15)
+    assert num_params(half) == total - 14 * (moe - dense)
 
 
 def test_leading_dense_layers_reach_the_graph_and_the_weight_memory() -> None:
@@ -495,8 +508,12 @@ def test_ernie_moe_keys() -> None:
     moe = 64 * 3 * h * 1536 + h * 64 + 3 * h * 2 * 1536
     assert num_params(cfg) == 28 * (attn + 2 * h) + 3 * h * 12288 + 27 * moe + 103424 * h + h
     assert num_params(cfg) == pytest.approx(21.8e9, rel=0.01)  # the Hub's 21.8B
-    with pytest.raises(PerfmodelError):  # dense layers after the MoE block
-        from_hf_dict({**ernie, "moe_layer_end_index": 20})
+    # dense layers after the MoE block (indices 1..20 MoE, 21..27 dense), and an interval
+    # (1, 3, ..., 27 MoE)
+    short = from_hf_dict({**ernie, "moe_layer_end_index": 20})
+    assert (short.num_moe_layers, short.num_dense_layers) == (20, 8)
+    assert num_params(short) == num_params(cfg) - 7 * (moe - 3 * h * 12288)
+    assert from_hf_dict({**ernie, "moe_layer_interval": 2}).num_moe_layers == 14
 
 
 @pytest.mark.parametrize("moe_keys", [

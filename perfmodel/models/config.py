@@ -104,9 +104,10 @@ class TransformerConfig(BaseModel):
     """Total width of always-on shared experts in MoE layers (0: none)."""
     num_dense_layers: Annotated[int, _NB, Field(ge=0, le=MAX_LAYERS)] = 0
     """Layers of an MoE model whose MLP is dense, ``intermediate_size`` wide (DeepSeek's
-    leading ``first_k_dense_replace``; Llama 4 Maverick's layers between its MoE ones);
-    the other layers are MoE layers. The costs count layers of each kind, whatever their
-    order."""
+    leading ``first_k_dense_replace``; the layers between MoE ones where a family
+    interleaves them: Llama 4 Maverick, DeepSeek ``moe_layer_freq``, Qwen-MoE
+    ``decoder_sparse_step`` / ``mlp_only_layers``, ERNIE 4.5's MoE index range); the other
+    layers are MoE layers. The costs count layers of each kind, whatever their order."""
     router_bias: bool = False
     kv_lora_rank: NonNeg = 0
     """Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; 0: standard attention): width
@@ -408,13 +409,6 @@ def _sub(d: dict[str, Any], key: str, name: str) -> dict[str, Any]:
     return value
 
 
-def _interleaved(name: str, key: str, what: str) -> PerfmodelError:
-    """The error for an MoE model whose dense and MoE layers interleave, naming ``key``."""
-    return PerfmodelError(f"{name}: {key}", f"{what}: interleaved dense and MoE layers are "
-                          "not modelled", "model the MoE and the dense layers as two "
-                          "config.json files by hand")
-
-
 def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
     """Rewrite a family's own keys into the Llama-like names :func:`from_hf_dict` reads.
 
@@ -476,16 +470,16 @@ def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
         start = _whole(out.get("moe_layer_start_index", 0) or 0, "moe_layer_start_index", name)
         end = out.get("moe_layer_end_index", layers - 1)
         step = _whole(out.get("moe_layer_interval", 1) or 1, "moe_layer_interval", name)
-        if step > 1 or (end is not None and end != -1
-                        and _whole(end, "moe_layer_end_index", name) < layers - 1):
-            raise _interleaved(name, "moe_layer_interval", "MoE layers not one block from "
-                               "moe_layer_start_index to the last layer (trailing dense "
-                               "layers are not modelled either)")
+        last = layers - 1 if end is None or end == -1 else _whole(end, "moe_layer_end_index",
+                                                                     name)
         shared = _whole(out.get("moe_num_shared_experts", 0) or 0, "moe_num_shared_experts",
                         name)
+        # ERNIE 4.5's MoE layers: every ``moe_layer_interval``-th layer from the start index
+        # to the end index, dense ones elsewhere
         out.update({"num_local_experts": out["moe_num_experts"],
-                    "num_experts_per_tok": out.get("moe_k"), "first_k_dense_replace": start,
-                    "n_shared_experts": shared})
+                    "num_experts_per_tok": out.get("moe_k"), "n_shared_experts": shared,
+                    "_moe_layers": sum(1 for i in range(start, min(last, layers - 1) + 1)
+                                       if (i - start) % step == 0)})
         if out.get("use_bias"):
             out.setdefault("attention_bias", True)
     if out.get("n_shared_experts") and out.get("shared_expert_intermediate_size") is None:
@@ -494,8 +488,12 @@ def _normalise(d: dict[str, Any], name: str) -> dict[str, Any]:
             _req(out, name, "moe_intermediate_size"), "moe_intermediate_size", name)
     if out.get("moe_layer_freq") is not None and _whole(out["moe_layer_freq"] or 1,
                                                         "moe_layer_freq", name) > 1:
-        raise _interleaved(name, "moe_layer_freq", f"MoE layers every "
-                           f"{out['moe_layer_freq']} layers, dense ones between")
+        # DeepSeek-MoE/V2: an MoE layer at every moe_layer_freq-th index from
+        # first_k_dense_replace on, dense ones elsewhere
+        freq = _whole(out["moe_layer_freq"], "moe_layer_freq", name)
+        first = _whole(out.get("first_k_dense_replace", 0) or 0, "first_k_dense_replace", name)
+        layers = _whole(_req(out, name, "num_hidden_layers"), "num_hidden_layers", name)
+        out["_moe_layers"] = sum(1 for i in range(first, layers) if i % freq == 0)
     return out
 
 
@@ -545,10 +543,19 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     window = d.get("sliding_window")
     dense_between = d.get("mlp_only_layers") or []
     moe = bool(d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts"))
-    if moe and (_whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name) > 1
-                or (isinstance(dense_between, list) and dense_between)):
-        raise _interleaved(name, "decoder_sparse_step", "MoE on some layers only, dense "
-                           "MLPs on the others (decoder_sparse_step > 1 or mlp_only_layers)")
+    moe_layers = d.get("_moe_layers")  # set where a family interleaves (_normalise)
+    sparse_step = _whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name)
+    if moe and (sparse_step > 1 or dense_between):
+        # Qwen-MoE: layer i is MoE where it is not in mlp_only_layers and (i + 1) is a
+        # multiple of decoder_sparse_step (transformers' Qwen2-MoE decoder layer)
+        if not isinstance(dense_between, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in dense_between):
+            raise PerfmodelError(f"{name}: mlp_only_layers", "expected a list of layer "
+                                 "indices", "copy mlp_only_layers from the model's config.json")
+        layers_ = _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name)
+        only = set(dense_between)
+        moe_layers = sum(1 for i in range(layers_) if i not in only
+                         and (i + 1) % sparse_step == 0)
     llama4 = mtype.startswith("llama4")
     llama4_dense = 0
     if llama4:
@@ -560,6 +567,7 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         if step > 1 and moe:
             layers_ = _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name)
             llama4_dense = layers_ - layers_ // step
+            moe_layers = layers_ // step
             dense_width = d.get("intermediate_size_mlp")
             if dense_width is None:
                 raise PerfmodelError(f"{name}: intermediate_size_mlp", "Llama 4 with dense "
@@ -687,9 +695,10 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                            "moe_intermediate_size", name)
         if experts and d.get("moe_intermediate_size") is not None
         else inter if llama4_dense else None,
-        "num_dense_layers": llama4_dense or (_whole(d.get("first_k_dense_replace", 0) or 0,
-                                                    "first_k_dense_replace", name)
-                                             if experts else 0),
+        "num_dense_layers": (_whole(d["num_hidden_layers"], "num_hidden_layers", name)
+                             - moe_layers if moe_layers is not None and experts
+                             else _whole(d.get("first_k_dense_replace", 0) or 0,
+                                         "first_k_dense_replace", name) if experts else 0),
         # Llama 4's MoE layers add one shared expert as wide as a routed one
         "shared_expert_intermediate_size": _whole(
             d.get("shared_expert_intermediate_size", inter if llama4 else 0) or 0,
