@@ -544,6 +544,8 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
     dense_between = d.get("mlp_only_layers") or []
     moe = bool(d.get("num_local_experts") or d.get("num_experts") or d.get("n_routed_experts"))
     moe_layers = d.get("_moe_layers")  # set where a family interleaves (_normalise)
+    if moe_layers is not None:
+        moe_layers = _whole(moe_layers, "_moe_layers", name)
     sparse_step = _whole(d.get("decoder_sparse_step", 1) or 1, "decoder_sparse_step", name)
     if moe and (sparse_step > 1 or dense_between):
         # Qwen-MoE: layer i is MoE where it is not in mlp_only_layers and (i + 1) is a
