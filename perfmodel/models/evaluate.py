@@ -59,6 +59,7 @@ from perfmodel.models.memo import Memo, spec_token
 from perfmodel.ops import AllReduce, Attention, Gemm, Op, Rotary
 from perfmodel.ops.attention import kv_bytes, o_bytes, q_bytes
 from perfmodel.ops.cost import Array
+from perfmodel.ops.gemm import operand_bytes
 from perfmodel.ops.registry import op_class
 from perfmodel.timing import RunContext, predict, spec_constants
 from perfmodel.timing.core import overlap
@@ -124,6 +125,19 @@ def _mx_compute(hw: HardwareSpec, a: str) -> str | None:
     return None
 
 
+def _stored_weight_ratio(args: dict[str, Any], s_in: float, s_w: float,
+                         s_out: float) -> Any:
+    """Traffic of GEMM ``args`` with its weights stored at ``s_w`` bytes per element
+    over that of its stand-in reading them at the input width ``s_in`` (A at ``s_in``, C
+    and a bias at ``s_out``): the ratio of two :func:`perfmodel.ops.gemm.operand_bytes`."""
+    m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
+    b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
+    shared, bias = bool(args.get("shared_b")), bool(args.get("bias"))
+    real = sum(operand_bytes(m, n, k, b, s_in, s_w, s_out, shared, bias))
+    stand = sum(operand_bytes(m, n, k, b, s_in, s_in, s_out, shared, bias))
+    return real / stand
+
+
 def _substitute(g: GraphOp, hw: HardwareSpec,
                 mx_weights: bool = False) -> tuple[dict[str, Any], Any, str | None]:
     """Arguments of a predictable stand-in for ``g`` on ``hw``, the ratio of real to
@@ -135,15 +149,10 @@ def _substitute(g: GraphOp, hw: HardwareSpec,
         w, a = str(args["dtype"]), str(args.get("out_dtype") or args["dtype"])
         mx = _mx_compute(hw, a) if mx_weights and w == "fp4" else None
         if mx is not None:
-            m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
-            b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
-            b_mats = 1.0 if args.get("shared_b") else b
-            s_c, s_a = bytes_per_element(mx), bytes_per_element(a)
-            out = s_a * b * m * n + (s_a * n if args.get("bias") else 0.0)
-            real = s_c * b * m * k + weight_bytes_per_element(w) * b_mats * k * n + out
-            stand = s_c * b * m * k + s_c * b_mats * k * n + out
+            ratio = _stored_weight_ratio(args, bytes_per_element(mx),
+                                         weight_bytes_per_element(w), bytes_per_element(a))
             return ({**args, "dtype": mx, "quant": "none", "quantize_input": False,
-                     "impl": "auto"}, real / stand,
+                     "impl": "auto"}, ratio,
                     f"MXFP4 weights run with {mx} (MXFP8) activations at the {mx} rate "
                     "(W4A8: the MoE kernels engines run for MXFP4 checkpoints on "
                     f"{hw.arch}), read at {weight_bytes_per_element(w):.4g} B/element with "
@@ -157,18 +166,12 @@ def _substitute(g: GraphOp, hw: HardwareSpec,
             # the weights with their scale factors (int4: one fp16 per 128)
             s_w, s_a = weight_bytes_per_element(w), bytes_per_element(a)
             s_w_raw = bytes_per_element(w)
-            m, n, k = (np.asarray(args[x], dtype=np.float64) for x in ("m", "n", "k"))
-            b = np.asarray(args.get("batch", 1.0), dtype=np.float64)
-            b_mats = 1.0 if args.get("shared_b") else b
-            out = s_a * b * m * n + (s_a * n if args.get("bias") else 0.0)
-            real = s_a * b * m * k + s_w * b_mats * k * n + out
-            stand = s_a * b * m * k + s_a * b_mats * k * n + out
             what = (f"{hw.id} has no {w} matmul: {w} weights are upcast" if w not in hw.peaks
                     else f"{w} weights are a storage format (AWQ/GPTQ checkpoints): upcast"
                     if w in WEIGHT_ONLY_DTYPES
                     else f"{hw.id}'s {w} matmul is no faster than its {a} one: {w} weights "
                     "are upcast")
-            return ({**args, "dtype": a}, real / stand,
+            return ({**args, "dtype": a}, _stored_weight_ratio(args, s_a, s_w, s_a),
                     f"{what} to {a} in the kernel (weight-only quantisation), read at "
                     f"{s_w:.4g} B/element" + (" with their scales" if s_w > s_w_raw else ""))
     if g.kind is Attention:
