@@ -327,8 +327,9 @@ class Attention:
         dtype."""
         if not (self.kv_write or self.rope):
             return None
-        width = self.head_dim if self.shared_kv else self.head_dim + self.value_dim
-        kv = self.batch * self.seq_q * self.kv_heads * width
+        # the new keys' K/V elements: kv_bytes's formula at one byte per element
+        kv = kv_bytes(self.batch, self.kv_heads, self.seq_q, self.head_dim, self.value_dim,
+                      1.0, self.shared_kv)
         q = self.batch * self.seq_q * self.heads * self.head_dim if self.rope else 0.0
         numel = np.asarray(kv + q, dtype=np.float64)
         s_kv = bytes_per_element(self.kv_dtype)

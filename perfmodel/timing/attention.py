@@ -261,7 +261,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # elements of K and V a key brings in: both, or one latent vector (Attention.shared_kv);
     # residency keeps the two-tile footprint (the kernels' allocation is not published, and
     # a latent cache must not buy a CTA slot the same kernel over K and V does not have)
-    kv_width = d if op.shared_kv else d + dv
+    kv_width = kv_bytes(1.0, 1.0, 1.0, d, dv, 1.0, op.shared_kv)  # elements per key
     need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
     per_unit = 1.0 if fam.persistent else ops.clip(ops.floor(smem / need), 1.0, 2.0)
 
