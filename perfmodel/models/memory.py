@@ -40,7 +40,8 @@ from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
 
 __all__ = ["DEFAULT_RESERVE_BYTES", "DEFAULT_RESERVE_FRACTION", "MemoryEstimate",
-           "activation_bytes", "estimate_memory", "kv_cache_bytes", "weight_bytes"]
+           "activation_bytes", "estimate_memory", "gathered_bytes", "kv_cache_bytes",
+           "weight_bytes"]
 
 DEFAULT_RESERVE_FRACTION = 0.10
 DEFAULT_RESERVE_BYTES = float(2**30)
@@ -96,6 +97,17 @@ def _mla_weights(cfg: TransformerConfig, t: Array) -> Array:
     (:func:`perfmodel.models.config.mla_projection_params`)."""
     down, split = mla_projection_params(cfg)
     return np.asarray(down + split / t, dtype=np.float64)
+
+
+def gathered_bytes(cfg: TransformerConfig, tokens: Any, ranks: Any,
+                   dtypes: Dtypes | None = None) -> Array:
+    """Activations the other attention ranks gather to one GPU under ``dep`` for its
+    ``tokens`` (their tokens of an MoE layer, as many as this GPU's each), bytes:
+    (ranks − 1)·tokens·h at the activation dtype; 0 for one rank."""
+    dt = dtypes or Dtypes()
+    return np.asarray((np.asarray(ranks, dtype=np.float64) - 1.0)
+                      * np.asarray(tokens, dtype=np.float64) * cfg.hidden_size
+                      * bytes_per_element(dt.activation), dtype=np.float64)
 
 
 def kv_bytes_per_token(cfg: TransformerConfig, tp: Any = 1, kv_dtype: str = "bf16") -> Array:
@@ -223,8 +235,7 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
     share = group if dep else np.ones_like(group)
     b = np.ceil(np.asarray(batch, dtype=np.float64) / share)
     ctx = np.asarray(context_len, dtype=np.float64)
-    gathered = (share - 1.0) * np.asarray(prompt_len, dtype=np.float64) * cfg.hidden_size \
-        * bytes_per_element(dt.activation)  # per sequence of this GPU
+    gathered = gathered_bytes(cfg, prompt_len, share, dt)  # per sequence of this GPU
     kv = kv_cache_bytes(cfg, b, ctx, tp, dt.kv)
     act = activation_bytes(cfg, b, prompt_len, tp, dt) + b * gathered
     total = w + kv + act + reserve

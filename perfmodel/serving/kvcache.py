@@ -22,13 +22,13 @@ import math
 from dataclasses import dataclass
 
 from perfmodel._errors import PerfmodelError
-from perfmodel.dtypes import bytes_per_element
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import Dtypes
 from perfmodel.models.memory import (
     DEFAULT_RESERVE_BYTES,
     activation_bytes,
+    gathered_bytes,
     kv_cache_bytes,
     weight_bytes,
 )
@@ -72,7 +72,7 @@ def kv_pool(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
     budget = float(engine.max_num_batched_tokens)
     gathered = 0.0
     if parallel == "dep":  # one attention rank's pool (module docstring)
-        gathered = (tp - 1) * budget * cfg.hidden_size * bytes_per_element(dtypes.activation)
+        gathered = float(gathered_bytes(cfg, budget, tp, dtypes))
         tp = 1
     per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, tp, dtypes.kv))
     act = float(activation_bytes(cfg, 1.0, budget, tp, dtypes)) + gathered
