@@ -31,7 +31,7 @@ import numpy.typing as npt
 from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
-from perfmodel.models.graph import check_parallel, tp_heads
+from perfmodel.models.graph import check_instance
 from perfmodel.planning import PlanOption, Workload, refused_tp
 from perfmodel.serving import (
     ServeResult,
@@ -152,9 +152,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
     out = []
     for t in tps:
         try:
-            check_parallel(cfg, parallel, np.asarray(float(t)))
-            if parallel != "dep":  # under dep attention is not split
-                tp_heads(cfg, np.asarray(float(t)))
+            check_instance(cfg, parallel, np.asarray(float(t)))
         except PerfmodelError as exc:
             if exc.field == "parallel":  # the layout itself, whatever the GPU count
                 raise

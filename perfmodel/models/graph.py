@@ -78,8 +78,8 @@ from perfmodel.ops import (
 )
 from perfmodel.ops.cost import Array
 
-__all__ = ["PARALLEL_LAYOUTS", "Dtypes", "GraphOp", "check_parallel", "decode_graph",
-           "experts_touched", "prefill_graph", "tp_heads"]
+__all__ = ["PARALLEL_LAYOUTS", "Dtypes", "GraphOp", "check_instance", "check_parallel",
+           "decode_graph", "experts_touched", "prefill_graph", "tp_heads"]
 
 Phase = Literal["prefill", "decode"]
 #: How an MoE model spreads over the ``tp`` GPUs of one instance (module docstring): all
@@ -410,6 +410,15 @@ def check_parallel(cfg: TransformerConfig, parallel: str, tp: Array) -> None:
         raise PerfmodelError("tp", f"{n} GPUs do not divide the {cfg.num_experts} experts of "
                              f"{cfg.name} ({parallel})", "pick a GPU count dividing the "
                              "expert count")
+
+
+def check_instance(cfg: TransformerConfig, parallel: str, tp: Array) -> None:
+    """Refuse ``tp`` GPUs laid out as ``parallel`` before any work: the layout's own
+    checks (:func:`check_parallel`) and, where attention is split over the GPUs (``tp``,
+    ``tep``), the heads' (:func:`tp_heads`); under ``dep`` attention is not split."""
+    check_parallel(cfg, parallel, tp)
+    if parallel != "dep":
+        tp_heads(cfg, tp)
 
 
 def _layout(cfg: TransformerConfig, parallel: str, b: Array,

@@ -16,7 +16,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
-from perfmodel.models.graph import check_parallel, tp_heads
+from perfmodel.models.graph import check_instance
 from perfmodel.models.predict import resolve_dtypes
 from perfmodel.serving.engines import EngineConfig, engine_config
 from perfmodel.serving.kvcache import KVPool, kv_pool
@@ -49,9 +49,7 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
     cfg = load_model(config)
     spec = load_hardware(hw)
     tp = _whole(tp, "tp", "e.g. --tp 4")
-    check_parallel(cfg, parallel, np.asarray(float(tp)))
-    if parallel != "dep":  # under dep attention is not split
-        tp_heads(cfg, np.asarray(float(tp)))
+    check_instance(cfg, parallel, np.asarray(float(tp)))
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
     if isinstance(engine, EngineConfig):
         eng = engine.with_(**engine_overrides)
