@@ -31,7 +31,7 @@ import numpy.typing as npt
 from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
-from perfmodel.models.graph import check_instance
+from perfmodel.models.graph import attention_ranks, check_instance
 from perfmodel.planning import PlanOption, Workload, refused_tp
 from perfmodel.serving import (
     ServeResult,
@@ -202,8 +202,10 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                     return res, False
                 k = min(max(need, 2 * k), pool_n)
 
-        # the pool is one attention rank's under dep, a replica's otherwise
-        max_mem = pool.tokens // (p_len + g_len) * (int(t) if parallel == "dep" else 1)
+        # the pool is one attention rank's under dep, a replica's otherwise; a run's
+        # timeline holds each rank's records (its mean running count is one rank's)
+        ranks = attention_ranks(parallel, int(t))
+        max_mem = pool.tokens // (p_len + g_len) * ranks
         base.update(weights_bytes_per_gpu=pool.weights_bytes, max_batch_memory=int(max_mem))
         alone = run_prepared(c, s, eng, pool, model, closed_loop(1, 1, p_len, g_len),
                              tp=int(t), parallel=parallel)
@@ -267,9 +269,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         gpus = replicas * int(t)
         out_tok = wl.requests_per_s * float(np.mean(output[:n]))
         cost = gpus * price if price is not None else None
-        # a run's timeline holds each attention rank's records under dep: its mean is one
-        # rank's running sequences, the replica runs t times as many
-        batch = _steady_batch(steady_res) * (int(t) if parallel == "dep" else 1)
+        batch = _steady_batch(steady_res) * ranks
         base.update(batch=batch, limited_by=bound, replicas=replicas, gpus=gpus,
                     usd_per_hour=cost,
                     usd_per_million_output_tokens=(cost / (out_tok * 3600.0) * 1e6)

@@ -78,8 +78,8 @@ from perfmodel.ops import (
 )
 from perfmodel.ops.cost import Array
 
-__all__ = ["PARALLEL_LAYOUTS", "Dtypes", "GraphOp", "check_instance", "check_parallel",
-           "decode_graph", "experts_touched", "prefill_graph", "tp_heads"]
+__all__ = ["PARALLEL_LAYOUTS", "Dtypes", "GraphOp", "attention_ranks", "check_instance",
+           "check_parallel", "decode_graph", "experts_touched", "prefill_graph", "tp_heads"]
 
 Phase = Literal["prefill", "decode"]
 #: How an MoE model spreads over the ``tp`` GPUs of one instance (module docstring): all
@@ -410,6 +410,12 @@ def check_parallel(cfg: TransformerConfig, parallel: str, tp: Array) -> None:
         raise PerfmodelError("tp", f"{n} GPUs do not divide the {cfg.num_experts} experts of "
                              f"{cfg.name} ({parallel})", "pick a GPU count dividing the "
                              "expert count")
+
+
+def attention_ranks(parallel: str, tp: int) -> int:
+    """Attention data-parallel ranks among ``tp`` GPUs laid out as ``parallel``: each GPU
+    under ``dep``, one (every GPU sees every token) otherwise."""
+    return tp if parallel == "dep" else 1
 
 
 def check_instance(cfg: TransformerConfig, parallel: str, tp: Array) -> None:

@@ -16,7 +16,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
-from perfmodel.models.graph import check_instance
+from perfmodel.models.graph import attention_ranks, check_instance
 from perfmodel.models.predict import resolve_dtypes
 from perfmodel.serving.engines import EngineConfig, engine_config
 from perfmodel.serving.kvcache import KVPool, kv_pool
@@ -100,7 +100,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
     """Simulate ``workload`` on ``replicas`` replicas with prepared tables (``parallel``:
     the layout they were prepared for; under ``dep`` each of a replica's ``tp`` attention
     ranks is simulated as a replica of its own)."""
-    ranks = tp if parallel == "dep" else 1
+    ranks = attention_ranks(parallel, tp)
     parts = workload.split(replicas * ranks)
     total = workload.requests
     done_before = [0]

@@ -34,7 +34,13 @@ import numpy as np
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.evaluate import GraphTiming, evaluate_graphs
-from perfmodel.models.graph import Dtypes, GraphOp, decode_graph, prefill_graph
+from perfmodel.models.graph import (
+    Dtypes,
+    GraphOp,
+    attention_ranks,
+    decode_graph,
+    prefill_graph,
+)
 from perfmodel.ops import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.serving.engines import EngineConfig
@@ -204,11 +210,11 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
         return [g for g in graph if _per_sequence(g)]
 
     # under dep a graph's batch is the instance's: tp ranks of t_grid tokens each
-    ranks = tp if parallel == "dep" else 1
+    ranks = attention_ranks(parallel, tp)
     dense_graph = decode_graph(cfg, t_grid * ranks, 1.0, tp, dtypes, impl, fuse,
                                parallel=parallel)
     dense_graph = [g for g in dense_graph if not _per_sequence(g)]
-    attn_tp = 1 if parallel == "dep" else tp  # attention is the rank's own, unsplit
+    attn_tp = tp // ranks  # under dep attention is the rank's own, unsplit
     dec_graph = attn_only(decode_graph(cfg, b_grid[:, None], c_grid[None, :], attn_tp,
                                        dtypes, impl, fuse))
     pre_graph = attn_only(prefill_graph(cfg, 1.0, pt_grid[:, None], pp_grid[None, :],
