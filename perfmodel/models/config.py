@@ -570,8 +570,7 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
             layers_ = _whole(_req(d, name, "num_hidden_layers"), "num_hidden_layers", name)
             llama4_dense = layers_ - layers_ // step
             moe_layers = layers_ // step
-            dense_width = d.get("intermediate_size_mlp")
-            if dense_width is None:
+            if d.get("intermediate_size_mlp") is None:
                 raise PerfmodelError(f"{name}: intermediate_size_mlp", "Llama 4 with dense "
                                      "layers between the MoE ones needs their width",
                                      "copy intermediate_size_mlp from the model's config.json")
