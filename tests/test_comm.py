@@ -52,6 +52,18 @@ def test_fabric_per_spec() -> None:
     assert bridge.bandwidth[1:].tolist() == pytest.approx([32e9 / 4, 32e9 / 16])
     l40s = fabric(pm.load_hardware("l40s"), n, HAND)
     assert l40s.bandwidth.tolist() == pytest.approx([32e9, 8e9, 2e9])
+    # PCIe switches (the RTX PRO Server's switch board): every GPU at its Gen5 x16 link's
+    # 64 GB/s per direction, however many take part
+    rtx = fabric(pm.load_hardware("rtx-pro-6000-server"), n, HAND)
+    assert rtx.switched.tolist() == [False, False, False]
+    assert rtx.bandwidth.tolist() == pytest.approx([64e9] * 3)
+    # the same card's spec without the switch shares the host fabric as the L40S server does
+    spec = pm.load_hardware("rtx-pro-6000-server")
+    link = spec.interconnect.host_link
+    assert link is not None
+    shared = spec.model_copy(update={"interconnect": spec.interconnect.model_copy(
+        update={"host_link": link.model_copy(update={"peer_switch": False})})})
+    assert fabric(shared, n, HAND).bandwidth.tolist() == pytest.approx([64e9, 16e9, 4e9])
 
 
 def test_nccl_time_by_hand() -> None:

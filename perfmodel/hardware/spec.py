@@ -190,6 +190,11 @@ class LinkSpec(_Frozen):
     name: str
     bandwidth_per_direction: Bandwidth
     latency: Seconds | None = None
+    peer_switch: bool = False
+    """For a host (PCIe) link: the GPUs reach each other peer to peer through PCIe switches,
+    each at its own link's rate (the switch boards of 8-GPU PCIe servers). False: their
+    traffic shares the host's fabric, and each GPU's share shrinks as more GPUs take part
+    (the law fitted on a measured 8 × L40S server, :mod:`perfmodel.timing.comm`)."""
 
 
 class InterconnectSpec(_Frozen):

@@ -12,8 +12,11 @@ NCCL (``algorithm="nccl"``; what nccl-tests measure) picks the fastest of, per p
                                                         16/32-bit floats)
 
 with BW the link's per-direction bandwidth; over PCIe BW = host-link bandwidth ·
-η_pcie · (2/n)^k (GPUs share the host fabric). Engines (``auto``) run their own kernels on
-a switched fabric, the fastest of one-shot, two-shot (buffers up to
+η_pcie · (2/n)^k where the GPUs share the host's fabric (the law of the one PCIe system
+measured, 8 × L40S: 20, 5.1 and 1.4 GB/s of ring bandwidth at 2, 4 and 8 GPUs), and
+host-link bandwidth · η_pcie at any n where a spec's host link says ``peer_switch`` (PCIe
+switches carry each GPU's ring traffic at its own link's rate). Engines (``auto``) run
+their own kernels on a switched fabric, the fastest of one-shot, two-shot (buffers up to
 :data:`CUSTOM_MAX_BYTES`) and NCCL::
 
     t_one  = t_launch + τ_link + (n−1)·B / (η_simple·BW)
@@ -110,7 +113,8 @@ def _lat(link: LinkSpec | None) -> float:
 
 
 def fabric(spec: HardwareSpec, gpus: Array, params: CommParams = DEFAULT_PARAMS) -> Fabric:
-    """The fabric per GPU count: switched NVLink, a bridge (2 GPUs), else shared PCIe."""
+    """The fabric per GPU count: switched NVLink, a bridge (2 GPUs), else PCIe (shared, or
+    each GPU at its link's rate behind PCIe switches: ``LinkSpec.peer_switch``)."""
     n = np.asarray(gpus, dtype=np.float64)
     gl, hl = spec.interconnect.gpu_link, spec.interconnect.host_link
     if gl is None and hl is None:
@@ -124,8 +128,10 @@ def fabric(spec: HardwareSpec, gpus: Array, params: CommParams = DEFAULT_PARAMS)
     else:
         on_link = np.ones(n.shape, dtype=bool)
     switched = on_link & (gl is not None) & (not bridge)
+    share = 1.0 if hl is not None and hl.peer_switch \
+        else (2.0 / np.maximum(n, 2.0)) ** params.pcie_exponent
     pcie_bw = (hl.bandwidth_per_direction if hl is not None else 0.0) * params.pcie_efficiency \
-        * (2.0 / np.maximum(n, 2.0)) ** params.pcie_exponent
+        * share
     link_bw = gl.bandwidth_per_direction if gl is not None else 0.0
     bw = np.where(on_link, link_bw, pcie_bw)
     lat = np.where(on_link, _lat(gl), _lat(hl))
