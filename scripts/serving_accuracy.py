@@ -26,7 +26,10 @@ How each row is run (the benchmark's own settings where its source states them):
 A row's ``parallel`` column (empty: ``tp``) lays an MoE model out over its ``tp`` GPUs
 (``dep``: TensorRT-LLM's attention data parallelism with expert parallelism, "DEP4"), as
 ``perfmodel.serving.simulate(parallel=...)`` does; trtllm-bench's heuristic is then applied
-per rank (one GPU's memory, its own KV; the engine's limits are per rank).
+per rank (one GPU's memory, its own KV; the engine's limits are per rank). Its ``pp``
+column (empty: 1) gives pipeline stages of ``tp`` GPUs each (``simulate(pp=...)``); the
+heuristic then counts the memory of all tp·pp GPUs and divides its batch size by pp, as
+trtllm-bench does (tensorrt_llm/bench/build/tuning.py: ``finetune_setting``).
 
 ``--explain`` breaks each closed-loop row's steady state into its parts (below:
 :func:`step_balance`), predicted and as the published figures imply them.
@@ -35,7 +38,8 @@ per rank (one GPU's memory, its own KV; the engine's limits are per rank).
 least squares on log(predicted / published), each metric (TTFT, TPOT, throughput,
 end-to-end) weighted equally whatever its row count, on a grid per constant, on the rows of
 dense models only (the MoE rows, added after the fit, are an out-of-sample check: reported
-apart, never fitted, so a host constant cannot absorb what the MoE model misses); prints them
+apart, never fitted, so a host constant cannot absorb what the MoE model misses; so are the
+rows of :data:`UNFITTED_GPUS`, a GPU no fitted row ran on); prints them
 (they are ``fitted: benchmarks/serving``) and the leave-one-source-out figure: each source's
 rows predicted with the overheads fitted on the other sources. ``--write`` stores the
 all-rows fit in perfmodel/engines.py (the serving simulator and ``predict_model(engine=...)``
@@ -67,6 +71,11 @@ from perfmodel.serving.engines import EngineConfig
 from perfmodel.serving.kvcache import KVPool
 from perfmodel.serving.steptime import StepModel
 
+#: GPUs whose rows were added after the host overheads were fitted and that no fitted row
+#: ran on: scored apart and left out of ``--fit`` (the serving figure for a GPU nobody
+#: measured; RTX PRO 6000 Server: TensorRT-LLM's perf overview @03e27c7d, added at stop 42).
+UNFITTED_GPUS = ("rtx-pro-6000-server",)
+
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "benchmarks" / "serving" / "published.csv"
 ENGINES_PY = ROOT / "perfmodel" / "engines.py"
@@ -88,15 +97,17 @@ class Case:
     frontend: bool
     published: dict[str, float]
     parallel: str = "tp"
+    pp: int = 1
 
 
 def trtllm_bench_settings(model: str, gpu: str, tp: int, weight: str, kv: str, isl: int,
                           osl: int, fraction: float = 0.95,
-                          parallel: str = "tp") -> tuple[int, int]:
+                          parallel: str = "tp", pp: int = 1) -> tuple[int, int]:
     """trtllm-bench's max_batch_size and max_num_tokens for a dataset of ISL/OSL
-    (its tuning heuristic, restated; memory in GiB of the whole TP group; with attention
-    data parallelism, ``dep``, of one rank: one GPU's memory, its weights under that
-    layout and its own KV, the engine's limits being per rank)."""
+    (its tuning heuristic, restated; memory in GiB of the whole TP × PP group; with
+    attention data parallelism, ``dep``, of one rank: its pp GPUs' memory, its weights
+    under that layout and its own KV, the engine's limits being per rank; the batch size
+    per pipeline micro-batch: over pp)."""
     cfg = load_model(model)
     spec = load_hardware(gpu)
     gib = 2.0**30
@@ -104,8 +115,8 @@ def trtllm_bench_settings(model: str, gpu: str, tp: int, weight: str, kv: str, i
         dt = resolve_dtypes(cfg, spec, weight or None, None, kv or None)
         per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, 1, dt.kv)) / gib
         engine = float(weight_bytes(cfg, tp, dt, "dep")) / gib
-        return _bench_round(fraction * (spec.memory.capacity / gib - engine)
-                            / (per_token * (isl + osl)), isl, osl)
+        return _bench_round(fraction * (pp * spec.memory.capacity / gib - engine)
+                            / (per_token * (isl + osl)), isl, osl, pp)
     per_token = 2 * cfg.num_layers * max(tp, cfg.num_kv_heads) * cfg.head_dim \
         * bytes_per_element(kv or "bf16") / gib
     if weight:
@@ -113,14 +124,14 @@ def trtllm_bench_settings(model: str, gpu: str, tp: int, weight: str, kv: str, i
     else:  # the checkpoint's own dtypes (gpt-oss: bf16 attention, MXFP4 experts)
         dt = resolve_dtypes(cfg, spec, None, None, kv or None)
         engine = float(weight_bytes(cfg, tp, dt)) * tp / gib
-    free = spec.memory.capacity / gib * tp - engine
-    return _bench_round(fraction * free / (per_token * (isl + osl)), isl, osl)
+    free = spec.memory.capacity / gib * tp * pp - engine
+    return _bench_round(fraction * free / (per_token * (isl + osl)), isl, osl, pp)
 
 
-def _bench_round(requests: float, isl: int, osl: int) -> tuple[int, int]:
+def _bench_round(requests: float, isl: int, osl: int, pp: int = 1) -> tuple[int, int]:
     """The heuristic's caps and rounding of ``requests`` that fit into (max_batch_size,
-    max_num_tokens)."""
-    raw_bs = min(requests, 4096.0)
+    max_num_tokens), the batch size per pipeline micro-batch."""
+    raw_bs = min(requests, 4096.0) / pp
     raw_tok = min(raw_bs * (1.0 + isl / osl), 32768.0)
     if raw_bs < 256:
         bs = max(64, 32 * math.ceil(raw_bs / 32))
@@ -154,6 +165,7 @@ def load_cases(path: Path, kernels: str | None = None,
     for row in rows:
         tp = int(row["tp"])
         parallel = (row.get("parallel") or "").strip() or "tp"
+        pp = int((row.get("pp") or "").strip() or 1)
         isl, osl = int(row["prompt"]), int(row["output"])
         mode = row["mode"]
         overrides: dict[str, Any] = {}
@@ -163,7 +175,7 @@ def load_cases(path: Path, kernels: str | None = None,
             if row["engine"] == "trtllm":
                 bs, tok = trtllm_bench_settings(row["model"], row["gpu"], tp,
                                                 row["weight_dtype"], row["kv_dtype"], isl, osl,
-                                                parallel=parallel)
+                                                parallel=parallel, pp=pp)
                 tok = max(tok, 8192)
                 overrides = {"max_num_seqs": bs, "max_num_batched_tokens": tok,
                              "memory_fraction": 0.95}
@@ -179,6 +191,7 @@ def load_cases(path: Path, kernels: str | None = None,
         if kernels is not None:
             overrides["kernels"] = kernels
         args: dict[str, Any] = {"tp": tp, "engine": row["engine"], "parallel": parallel,
+                                "pp": pp,
                                 "weight_dtype": row["weight_dtype"] or None,
                                 "kv_dtype": row["kv_dtype"] or None}
         cfg, spec, eng, pool, model = prepare(row["model"], row["gpu"], wl, **args,
@@ -191,7 +204,7 @@ def load_cases(path: Path, kernels: str | None = None,
         published = {"ttft": _f(row, "ttft_ms") / 1e3, "tpot": _f(row, "tpot_ms") / 1e3,
                      "throughput": _f(row, "throughput_tok_s"), "e2e": _f(row, "e2e_ms") / 1e3}
         cases.append(Case(row, eng, pool, model, cfg, spec, wl, tp, mode == "closed",
-                          published, parallel))
+                          published, parallel, pp))
     return cases
 
 
@@ -199,7 +212,7 @@ def predict(case: Case, step: float, per_seq: float, request: float) -> dict[str
     eng = case.eng.with_(step_overhead_s=step, step_overhead_per_seq_s=per_seq,
                          request_overhead_s=request if case.frontend else 0.0)
     r = run_prepared(case.cfg, case.spec, eng, case.pool, case.model, case.wl, tp=case.tp,
-                     parallel=case.parallel)
+                     parallel=case.parallel, pp=case.pp)
     per_gpu = case.row["throughput_scope"].startswith("output tok/s per GPU")
     return {"ttft": float(np.mean(r.ttft_s)), "tpot": float(np.nanmean(r.tpot_s)),
             "throughput": r.per_gpu_tok_s if per_gpu else r.throughput_tok_s,
@@ -295,7 +308,7 @@ def explain(cases: list[Case], params: tuple[float, float, float]) -> None:
         eng = c.eng.with_(step_overhead_s=params[0], step_overhead_per_seq_s=params[1],
                           request_overhead_s=params[2])
         r = run_prepared(c.cfg, c.spec, eng, c.pool, c.model, c.wl, tp=c.tp,
-                         parallel=c.parallel)
+                         parallel=c.parallel, pp=c.pp)
         isl, osl = int(c.row["prompt"]), int(c.row["output"])
         tl = r.timeline
         d = mean_decoding(tl["t_s"], tl["decoding"], 0.5 * float(tl["t_s"][-1]))
@@ -364,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     eng0 = cases[0].eng
     params = (eng0.step_overhead_s, eng0.step_overhead_per_seq_s, eng0.request_overhead_s)
     if args.fit:
-        # the MoE rows are held out of the fit: scored below, never fitted (README, Serving)
-        dense = [c for c in cases if not c.cfg.is_moe]
+        # the MoE rows and the unfitted GPUs' rows are held out of the fit: scored below,
+        # never fitted (README, Serving)
+        dense = [c for c in cases if not c.cfg.is_moe and c.row["gpu"] not in UNFITTED_GPUS]
         params = fit(dense, (0.0, 0.0, 0.0))
         print("fitted: benchmarks/serving  step_overhead_s={:.4g} step_overhead_per_seq_s={:.4g} "
               "request_overhead_s={:.4g}".format(*params))
@@ -391,9 +405,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     errs = errors(cases, params)
     by_source: dict[str, list[int]] = defaultdict(list)
-    for i, c in enumerate(cases):  # MoE models apart: their rows test another part
-        kind = " (MoE, DEP)" if c.parallel == "dep" else " (MoE)" if c.cfg.is_moe else ""
-        by_source[c.row["source"] + kind].append(i)
+    for i, c in enumerate(cases):  # MoE models and unfitted GPUs apart: never fitted
+        tags = (["MoE"] if c.cfg.is_moe else []) + (["DEP"] if c.parallel == "dep" else []) \
+            + ([c.row["gpu"]] if c.row["gpu"] in UNFITTED_GPUS else [])
+        by_source[c.row["source"] + (f" ({', '.join(tags)})" if tags else "")].append(i)
     rows = []
     for s, idx in sorted(by_source.items()):
         summ = summary([cases[i] for i in idx], [errs[i] for i in idx])
@@ -412,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         for c, e in zip(cases, errs, strict=True):
             r = c.row
             layout = {"dep": "DEP", "tep": "TEP"}.get(c.parallel, "TP")
-            cells = [r["source"], r["gpu"], r["model"], f"{layout}{r['tp']}", r["weight_dtype"],
+            stages = f",PP{c.pp}" if c.pp > 1 else ""
+            cells = [r["source"], r["gpu"], r["model"], f"{layout}{r['tp']}{stages}",
+                     r["weight_dtype"],
                      r["mode"], r["concurrency"] or r["requests"], f"{r['prompt']}/{r['output']}"]
             for m in METRICS:
                 cells.append(f"{e[f'pred_{m}']:.4g} vs {c.published[m]:.4g}"

@@ -74,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="an MoE model's layout over each replica's --tp GPUs: tp (default), "
                    "tep (whole experts per GPU) or dep (data-parallel attention: each GPU "
                    "schedules its own share of the requests; experts expert-parallel)")
+    p.add_argument("--pp", type=tp_int, default=1,
+                   help="pipeline-parallel stages per replica, each --tp GPUs holding its "
+                   "share of the layers; as many micro-batches in flight (default 1)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--concurrency", type=batch_int, metavar="C",
                      help="closed loop: C requests in flight")
@@ -212,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
             engine=scheduler_and_kernels(args.engine)[0],
             weight_dtype=args.weight_dtype, activation_dtype=args.activation_dtype,
             kv_dtype=args.kv_dtype, expert_dtype=args.expert_dtype, kv_blocks=args.kv_blocks,
-            progress=bar, parallel=args.parallel, **engine_overrides(args))
+            progress=bar, parallel=args.parallel, pp=args.pp, **engine_overrides(args))
     finally:
         bar.close()
     ttft_slo = args.ttft_slo_ms / 1e3 if args.ttft_slo_ms else None
@@ -230,10 +233,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(r: ServeResult, ttft_slo: float | None, tpot_slo: float | None) -> None:
-    gpus = r.tp * r.replicas
+    gpus = r.gpus
     layout = {"tep": "TP attention + EP", "dep": "DP attention + EP"}.get(
         str(r.engine_knobs.get("parallel")), "TP")
-    print(f"{r.model} on {gpus} × {r.hardware} ({layout}{r.tp}, {r.replicas} "
+    stages = f" × PP{r.pp}" if r.pp > 1 else ""
+    print(f"{r.model} on {gpus} × {r.hardware} ({layout}{r.tp}{stages}, {r.replicas} "
           f"replica{'s' if r.replicas > 1 else ''}), {r.engine} scheduler, "
           f"{str(r.engine_knobs.get('kernels', 'none')).replace('none', 'engine-neutral')} "
           "kernels")
@@ -258,6 +262,8 @@ def report(r: ServeResult, ttft_slo: float | None, tpot_slo: float | None) -> No
     d = r.to_dict()
     dep = r.engine_knobs.get("parallel") == "dep"
     holder = "per GPU (attention rank)" if dep else "per replica"
+    if r.pp > 1:
+        holder += " micro-batch"
     print(f"KV cache     {r.kv_blocks:,} blocks of {r.kv_block_size} tokens {holder}, "
           f"peak {d['kv_cache']['peak_used_fraction']:.0%} used; preemptions "
           f"{d['preemptions']}; {r.steps:,} engine steps")

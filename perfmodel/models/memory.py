@@ -21,12 +21,18 @@
   KV of its own ⌈batch/t⌉ sequences, and its activations are those of its sequences plus
   the gathered tokens of the others, (t − 1)·T·h; ``max_batch`` then counts the sequences
   of the whole instance (t × a GPU's).
+- Pipeline parallelism (``pp`` stages, serving only): each GPU holds the layers of its
+  stage, ⌈L/pp⌉ of L at most (counted as that share of every layer kind), and one of the
+  embedding and the LM head (the first stage the one, the last the other; a tied matrix
+  is held by both), so the largest stage holds ⌈L/pp⌉/L of the layers' bytes and one
+  vocabulary matrix.
 - Reserve: ``reserve_fraction`` of capacity plus ``reserve_bytes`` (CUDA context, cuBLAS
   workspace, allocator fragmentation); 10 % + 1 GiB unless told otherwise.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,9 +54,9 @@ DEFAULT_RESERVE_BYTES = float(2**30)
 
 
 def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = None,
-                 parallel: str = "tp") -> Array:
-    """Weight bytes held by each GPU of ``tp`` laid out as ``parallel`` (module
-    docstring)."""
+                 parallel: str = "tp", pp: int = 1) -> Array:
+    """Weight bytes held by each GPU of ``tp`` laid out as ``parallel``; with ``pp``
+    pipeline stages, by each GPU of the largest stage (module docstring)."""
     dt = dtypes or Dtypes()
     group = np.asarray(tp, dtype=np.float64)
     check_parallel(cfg, parallel, group)
@@ -85,9 +91,13 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
     dense_mlp = mlp(cfg.intermediate_size, s_w) if layers > moe else 0.0
     norm = h * (2.0 if cfg.norm == "layer" else 1.0) * s_a
     per_layer = per_layer + 2.0 * norm
-    vocab = cfg.vocab_size * h / t * s_a * (1.0 if cfg.tie_embeddings else 2.0)
-    return np.asarray(layers * per_layer + moe * moe_mlp + (layers - moe) * dense_mlp + norm
-                      + vocab, dtype=np.float64)
+    matrix = cfg.vocab_size * h / t * s_a  # the embedding or the LM head, per GPU
+    stack = layers * per_layer + moe * moe_mlp + (layers - moe) * dense_mlp
+    if pp == 1:
+        return np.asarray(stack + norm + matrix * (1.0 if cfg.tie_embeddings else 2.0),
+                          dtype=np.float64)
+    return np.asarray(stack * (math.ceil(layers / pp) / layers) + norm + matrix,
+                      dtype=np.float64)
 
 
 def _mla_weights(cfg: TransformerConfig, t: Array) -> Array:

@@ -14,6 +14,13 @@ counted like full ones (an upper bound on their cache). Under data-parallel atte
 (``parallel="dep"``) the pool is one GPU's, for the sequences of its own attention rank: KV
 unsplit, the GPU's weights of that layout, and the tokens the other ranks gather to it
 beside its own budget's activations.
+
+Under pipeline parallelism (``pp`` stages, each a GPU, or a TP group, holding ⌈L/pp⌉
+layers) the engine keeps ``pp`` micro-batches in flight, each simulated as a replica with
+its own pool: a stage GPU's pool (its weights: the largest stage's,
+:func:`perfmodel.models.memory.weight_bytes`) holds the KV of its layers for every
+micro-batch, so a micro-batch's pool is that GPU's pool over pp · ⌈L/pp⌉/L of a token's
+all-layer KV bytes (one GPU's pool for the whole model's KV when the layers divide).
 """
 
 from __future__ import annotations
@@ -66,15 +73,18 @@ class KVPool:
 
 
 def kv_pool(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
-            engine: EngineConfig, blocks: int | None = None, parallel: str = "tp") -> KVPool:
+            engine: EngineConfig, blocks: int | None = None, parallel: str = "tp",
+            pp: int = 1) -> KVPool:
     """Size the pool (see the module docstring); ``blocks`` overrides the count."""
-    w = float(weight_bytes(cfg, tp, dtypes, parallel))
+    w = float(weight_bytes(cfg, tp, dtypes, parallel, pp))
     budget = float(engine.max_num_batched_tokens)
     gathered = 0.0
     if parallel == "dep":  # one attention rank's pool (module docstring)
         gathered = float(gathered_bytes(cfg, budget, tp, dtypes))
         tp = 1
-    per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, tp, dtypes.kv))
+    # a token's KV on this GPU's stage, times the micro-batches sharing the GPU (module doc)
+    per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, tp, dtypes.kv)) \
+        * (pp * math.ceil(cfg.num_layers / pp) / cfg.num_layers)
     act = float(activation_bytes(cfg, 1.0, budget, tp, dtypes)) + gathered
     cap = float(hw.memory.capacity)
     f = engine.memory_fraction

@@ -93,6 +93,13 @@ class ServeResult:
     steps: int
     engine_knobs: dict[str, Any] = field(default_factory=dict)
     assumptions: tuple[str, ...] = ()
+    pp: int = 1
+    """Pipeline stages per replica (each ``tp`` GPUs)."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole run: replicas × tp × pp."""
+        return self.replicas * self.tp * self.pp
 
     @property
     def ttft_s(self) -> Floats:
@@ -127,7 +134,7 @@ class ServeResult:
 
     @property
     def per_gpu_tok_s(self) -> float:
-        return self.throughput_tok_s / (self.replicas * self.tp)
+        return self.throughput_tok_s / self.gpus
 
     def itl(self) -> Stats:
         """Inter-token latency over all decode tokens (step times weighted by tokens)."""
@@ -153,7 +160,7 @@ class ServeResult:
         """JSON-ready summary (s, tokens/s, requests/s); no per-request arrays."""
         out: dict[str, Any] = {
             "model": self.model, "hardware": self.hardware, "engine": self.engine,
-            "tp": self.tp, "replicas": self.replicas, "gpus": self.tp * self.replicas,
+            "tp": self.tp, "pp": self.pp, "replicas": self.replicas, "gpus": self.gpus,
             "workload": self.workload, "requests": int(self.prompt.size),
             "ttft_s": stats(self.ttft_s).to_dict(), "tpot_s": stats(self.tpot_s).to_dict(),
             "itl_s": self.itl().to_dict(), "e2e_s": stats(self.e2e_s).to_dict(),

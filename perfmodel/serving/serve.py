@@ -40,22 +40,28 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
             tp: int = 1, engine: str | EngineConfig = "vllm", weight_dtype: str | None = None,
             activation_dtype: str | None = None, kv_dtype: str | None = None,
             expert_dtype: str | None = None, kv_blocks: int | None = None,
-            parallel: str = "tp",
+            parallel: str = "tp", pp: int = 1,
             **engine_overrides: Any) -> tuple[TransformerConfig, HardwareSpec, EngineConfig,
                                                KVPool, StepModel]:
     """Resolve the model, GPU, engine knobs and KV pool, and build the step-time tables
     (the part of :func:`simulate` that does not depend on the arrival pattern). Under
-    ``parallel="dep"`` the pool and tables are one attention rank's (one GPU's)."""
+    ``parallel="dep"`` the pool and tables are one attention rank's (one GPU's); with
+    ``pp`` pipeline stages, one micro-batch's."""
     cfg = load_model(config)
     spec = load_hardware(hw)
     tp = _whole(tp, "tp", "e.g. --tp 4")
+    pp = _whole(pp, "pp", "e.g. --pp 2")
+    if pp > cfg.num_layers:
+        raise PerfmodelError("pp", f"{pp} pipeline stages for the {cfg.num_layers} layers of "
+                             f"{cfg.name}: a stage holds at least one layer",
+                             f"use --pp {cfg.num_layers} or fewer")
     check_instance(cfg, parallel, np.asarray(float(tp)))
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
     if isinstance(engine, EngineConfig):
         eng = engine.with_(**engine_overrides)
     else:
         eng = engine_config(engine, spec.memory.capacity, spec.name, **engine_overrides)
-    pool = kv_pool(cfg, spec, tp, dt, eng, kv_blocks, parallel)
+    pool = kv_pool(cfg, spec, tp, dt, eng, kv_blocks, parallel, pp)
     check_fits(workload, eng, pool)
     longest = int(np.max(workload.prompt + workload.output))
     max_tokens = eng.max_num_batched_tokens
@@ -64,7 +70,7 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
     max_batch = max(min(eng.max_num_seqs, pool.tokens), 2)
     model = build_step_model(cfg, spec, tp, dt, eng, max_tokens=max_tokens + 1,
                              max_batch=max_batch, max_context=longest + 1,
-                             max_prompt=longest, parallel=parallel)
+                             max_prompt=longest, parallel=parallel, pp=pp)
     return cfg, spec, eng, pool, model
 
 
@@ -73,7 +79,7 @@ def simulate(config: TransformerConfig | str, hw: HardwareSpec | str, workload: 
              weight_dtype: str | None = None, activation_dtype: str | None = None,
              kv_dtype: str | None = None, expert_dtype: str | None = None,
              kv_blocks: int | None = None, progress: Progress | None = None,
-             parallel: str = "tp", **engine_overrides: Any) -> ServeResult:
+             parallel: str = "tp", pp: int = 1, **engine_overrides: Any) -> ServeResult:
     """Simulate serving ``workload`` (see :mod:`perfmodel.serving.requests`).
 
     ``engine``: ``vllm``, ``trtllm``, ``sglang`` or an :class:`EngineConfig`;
@@ -84,23 +90,30 @@ def simulate(config: TransformerConfig | str, hw: HardwareSpec | str, workload: 
     own scheduler, KV pool and share of the requests (round-robin, as between replicas),
     the ranks stepping together at the pace of one (equally loaded); the engine's sequence
     cap and token budget are per rank, as TensorRT-LLM's are with attention DP.
+    ``pp``: pipeline stages per replica (each ``tp`` GPUs holding ⌈L/pp⌉ layers), with
+    ``pp`` micro-batches in flight, each simulated as a replica with its own scheduler
+    and KV pool (:mod:`perfmodel.serving.kvcache`) whose step is the pipeline cycle
+    (:mod:`perfmodel.serving.steptime`); the sequence cap and token budget are per
+    micro-batch, as trtllm-bench sets them (its max batch size over pp).
     """
     reps = _whole(replicas, "replicas", "e.g. --replicas 2")
     cfg, spec, eng, pool, model = prepare(
         config, hw, workload, tp=tp, engine=engine, weight_dtype=weight_dtype,
         activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
-        kv_blocks=kv_blocks, parallel=parallel, **engine_overrides)
+        kv_blocks=kv_blocks, parallel=parallel, pp=pp, **engine_overrides)
     return run_prepared(cfg, spec, eng, pool, model, workload, tp=int(tp), replicas=reps,
-                        progress=progress, parallel=parallel)
+                        progress=progress, parallel=parallel, pp=int(pp))
 
 
 def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, pool: KVPool,
                  model: StepModel, workload: Workload, *, tp: int, replicas: int = 1,
-                 progress: Progress | None = None, parallel: str = "tp") -> ServeResult:
-    """Simulate ``workload`` on ``replicas`` replicas with prepared tables (``parallel``:
-    the layout they were prepared for; under ``dep`` each of a replica's ``tp`` attention
-    ranks is simulated as a replica of its own)."""
-    ranks = attention_ranks(parallel, tp)
+                 progress: Progress | None = None, parallel: str = "tp",
+                 pp: int = 1) -> ServeResult:
+    """Simulate ``workload`` on ``replicas`` replicas with prepared tables (``parallel``,
+    ``pp``: the layout they were prepared for; under ``dep`` each of a replica's ``tp``
+    attention ranks, and with ``pp`` stages each of its pp micro-batches, is simulated as
+    a replica of its own)."""
+    ranks = attention_ranks(parallel, tp) * pp
     parts = workload.split(replicas * ranks)
     total = workload.requests
     done_before = [0]
@@ -126,6 +139,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
         "block_size", "memory_fraction", "step_overhead_s", "step_overhead_per_seq_s",
         "request_overhead_s", "fuse_allreduce", "attention_impl", "kernels")}
     knobs["parallel"] = parallel
+    knobs["pp"] = pp
     return ServeResult(
         model=cfg.name, hardware=spec.id, engine=eng.name, tp=tp, replicas=replicas,
         workload=workload.describe(), send_s=cat("send_s"), arrival_s=cat("arrival_s"),
@@ -135,7 +149,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
         itl_weights=np.concatenate([r.itl_weights for r in runs]), timeline=timeline,
         kv_blocks=pool.blocks, kv_block_size=pool.block_size,
         steps=sum(r.steps for r in runs), engine_knobs=knobs,
-        assumptions=_assumptions(eng, pool, replicas, model, ranks))
+        assumptions=_assumptions(eng, pool, replicas, model, ranks // pp), pp=pp)
 
 
 def _assumptions(eng: EngineConfig, pool: KVPool, replicas: int,

@@ -18,6 +18,17 @@ interpolated linearly:
   the chunks of one step run in one (variable-length) call, so its fixed cost (launch and
   prologue, ``pre_fixed``) is paid once, not per chunk.
 
+Under pipeline parallelism (``pp`` stages of ⌈L/pp⌉ layers, ``pp`` micro-batches in
+flight, each simulated as a replica) a micro-batch gets its next token once per pipeline
+cycle, pp times the slowest stage's time: the last stage also runs the LM head, and each
+stage passes its tokens' hidden states (T·h activations) to the next over the GPU link
+(one latency + bytes at the link's per-direction bandwidth, peer to peer: the 2-GPU
+fabric of :func:`perfmodel.timing.comm.fabric`), so
+
+    step = dense(T) + pp·(lm(S) + hop(T)) + attention     (stages of equal layers)
+
+which is the whole model's time on one stage's GPUs when pp = 1.
+
 Host overheads are added by the simulator. :func:`build_step_model` is the one place the
 model graphs are evaluated for serving: ``engine`` (its attention path, all-reduce fusion
 and ``kernels``, the engine profile of :func:`~perfmodel.models.evaluate.evaluate_graphs`)
@@ -31,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from perfmodel.dtypes import bytes_per_element
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.evaluate import GraphTiming, evaluate_graphs
@@ -44,6 +56,7 @@ from perfmodel.models.graph import (
 from perfmodel.ops import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.serving.engines import EngineConfig
+from perfmodel.timing.comm import fabric
 
 __all__ = ["StepModel", "build_step_model", "grid"]
 
@@ -165,6 +178,15 @@ class StepModel:
         return s
 
 
+def _hop_s(cfg: TransformerConfig, hw: HardwareSpec, tokens: Array, dtypes: Dtypes) -> Array:
+    """One stage-to-stage send of ``tokens`` hidden states (T·h at the activation dtype)
+    over the GPU link, peer to peer: latency + bytes / per-direction bandwidth, s."""
+    link = fabric(hw, np.asarray([2.0]))
+    size = np.asarray(tokens, dtype=np.float64) * cfg.hidden_size \
+        * bytes_per_element(dtypes.activation)
+    return np.asarray(link.latency_s[0] + size / link.bandwidth[0], dtype=np.float64)
+
+
 #: Multi-head latent attention's GEMMs that belong with its attention call rather than
 #: with the step's tokens (perfmodel.models.graph): a decode's absorbed up-projections
 #: (per decoding sequence) and a prefill's decompression of the chunk's whole context
@@ -188,14 +210,16 @@ def _rows(t: GraphTiming, keep: list[bool], field: str = "latency_s") -> Array:
 
 def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
                      engine: EngineConfig, *, max_tokens: int, max_batch: int,
-                     max_context: int, max_prompt: int, parallel: str = "tp") -> StepModel:
+                     max_context: int, max_prompt: int, parallel: str = "tp",
+                     pp: int = 1) -> StepModel:
     """Evaluate the step-time tables for ``cfg`` on ``hw`` at TP ``tp`` as ``engine`` runs
     it (its attention path, all-reduce fusion and kernels): steps of up to ``max_tokens``
     tokens, ``max_batch`` decoding sequences, contexts up to ``max_context``, prefill chunks
     after up to ``max_prompt`` cached tokens. ``parallel``: the MoE layout over the ``tp``
     GPUs (:mod:`perfmodel.models.graph`); under ``dep`` the tables are one attention rank's,
     its steps' tokens meeting as many from each other rank in the MoE layers (ranks in
-    lock-step, equally loaded)."""
+    lock-step, equally loaded). ``pp``: pipeline stages, the tables one micro-batch's
+    pipeline cycle (module docstring)."""
     impl, fuse = engine.attention_impl, engine.fuse_allreduce
     # GEMM time steps with the tile count (waves of m-tiles): every 16 tokens up to 16k
     t_grid = np.unique(np.concatenate([grid(min(max_tokens, 64), 64, 2),
@@ -227,6 +251,13 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     is_lm = [n == "lm_head" for n in dense_t.names]
     dense = _rows(dense_t, [not x for x in is_lm])
     lm = _rows(dense_t, is_lm)
+    if pp > 1:
+        lm = pp * lm
+        dense = dense + pp * _hop_s(cfg, hw, t_grid, dtypes)
+        notes = [*notes, f"pipeline parallel: {pp} stages of at most "
+                 f"{-(-cfg.num_layers // pp)} layers, {pp} micro-batches in flight; a "
+                 f"micro-batch's step is the pipeline cycle: the layers once, the LM head "
+                 f"and a hop of its hidden states between stages {pp} times"]
     dec = _rows(dec_t, [True] * len(dec_t.names)).reshape(b_grid.size, c_grid.size)
     pre = _rows(pre_t, [True] * len(pre_t.names)).reshape(pt_grid.size, pp_grid.size)
     pre_fixed = float(_rows(pre_t, [True] * len(pre_t.names), "overhead_s").reshape(
