@@ -21,7 +21,7 @@ def _run(name: str, *args: str) -> str:
 
 def test_every_example_is_tested() -> None:
     tested = {"capacity_planning_70b.py", "engine_kernels.py", "sequence_length_whatif.py",
-              "use_from_another_tool.py", "deepseek_v3_capacity.py"}
+              "use_from_another_tool.py", "deepseek_v3_capacity.py", "pcie_pipeline.py"}
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
@@ -73,3 +73,19 @@ def test_deepseek_v3_capacity() -> None:
         tp_batch = int(tp_lines.split(gpu)[1].split("largest batch")[1].split(";")[0])
         dep_batch = int(dep_lines.split(gpu)[1].split("largest batch")[1].split(";")[0])
         assert dep_batch > tp_batch, gpu
+
+
+def test_pcie_pipeline() -> None:
+    out = _run("pcie_pipeline.py", "--requests", "200")
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert set(lines) == {"one", "TP2", "PP2"}
+    assert "2 GPUs" in lines["TP2"]
+    assert "2 GPUs" in lines["PP2"]
+
+    def seqs(line: str) -> int:
+        return int(line.split("KV for")[1].split()[0])
+
+    # a PP2 stage holds half the layers, so each of its two micro-batches gets more KV
+    # room than the one card; TP2 splits every layer, and the two cards' room is one pool
+    assert seqs(lines["PP2"]) > seqs(lines["one"])
+    assert seqs(lines["TP2"]) > 2 * seqs(lines["one"])
