@@ -123,7 +123,7 @@ def test_intel_has_no_tf32_or_fp8() -> None:
     [
         ("b300", "b200", ("efficiency", "interconnect.gpu_link")),
         ("gb300", "gb200", ("efficiency", "interconnect")),
-        ("rtx-pro-6000-server", "rtx-5090", ("memory.smem_per_unit", "interconnect")),
+        ("rtx-pro-6000-server", "rtx-5090", ("memory.smem_per_unit", "interconnect.gpu_link")),
     ],
 )
 def test_family_values_come_from_the_sibling(
@@ -147,6 +147,12 @@ def test_family_values_come_from_the_sibling(
             assert field not in (raw.get(block) or {}), f"{spec_id} repeats {dotted}"
             assert getattr(getattr(child, block), field) == getattr(getattr(base, block), field)
     if spec_id == "rtx-pro-6000-server":
+        # the link is the 5090's; only the server's PCIe switches are its own (S66)
+        mine_link, their_link = child.interconnect.host_link, base.interconnect.host_link
+        assert mine_link is not None
+        assert their_link is not None
+        assert (mine_link.peer_switch, their_link.peer_switch) == (True, False)
+        assert mine_link.model_copy(update={"peer_switch": False}) == their_link
         assert child.efficiency.memory == base.efficiency.memory
         assert child.efficiency.kernel_overhead == base.efficiency.kernel_overhead
         assert child.efficiency.provenance["memory"] == f"family: {parent}"
