@@ -43,7 +43,7 @@ from perfmodel.models.config import (
     num_params,
 )
 from perfmodel.models.graph import PARALLEL_LAYOUTS
-from perfmodel.models.memory import kv_cache_bytes, weight_bytes
+from perfmodel.models.memory import weight_bytes
 from perfmodel.models.predict import ModelPrediction, predict_model
 
 __all__ = ["register"]
@@ -84,6 +84,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "(whole experts per GPU beside tensor-parallel attention) or dep "
                    "(attention data-parallel: each GPU runs its share of the batch; experts "
                    "expert-parallel)")
+    p.add_argument("--pp", type=tp_int, default=1,
+                   help="pipeline-parallel stages of --tp GPUs each, holding their share of "
+                   "the layers; memory is the largest stage's GPU's, the batch passes the "
+                   "stages in turn (default 1)")
     add_dtype_flags(p)
     p.add_argument("--step-overhead-ms", type=host_ms, metavar="MS",
                    help="host time per pass (prefill, each decode step) under --engine, "
@@ -126,7 +130,8 @@ def _list(as_json: bool) -> int:
 def _predict(cfg: TransformerConfig, gpu: str, args: argparse.Namespace) -> ModelPrediction:
     return predict_model(cfg, gpu, phase="generate", batch=args.batch, prompt_len=args.prompt,
                          gen_len=args.gen, cached_prefix=args.cached_prefix, tp=args.tp,
-                         parallel=args.parallel, strict=args.strict, **dtype_options(args),
+                         parallel=args.parallel, pp=args.pp, strict=args.strict,
+                         **dtype_options(args),
                          step_overhead_s=None if args.step_overhead_ms is None
                          else args.step_overhead_ms / 1e3)
 
@@ -153,7 +158,8 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
     p, g, b = args.prompt, args.gen, args.batch
     layout = {"tp": "TP", "tep": "TP attention + EP", "dep": "DP attention + EP"}
     print(f"{cfg.name} ({num_params(cfg) / 1e9:.2f} B params) on {hw.name} [{hw.id}], "
-          f"batch {b}, prompt {p}, generate {g}, {layout[args.parallel]} {args.tp}")
+          f"batch {b}, prompt {p}, generate {g}, {layout[args.parallel]} {args.tp}"
+          + (f" × PP {args.pp}" if args.pp > 1 else ""))
     dt = pred.dtypes
     print(f"dtypes: weights {dt.weight}" + (f", experts {dt.expert}" if cfg.is_moe else "")
           + f", activations {dt.activation}, KV cache {dt.kv}")
@@ -180,7 +186,7 @@ def _report(cfg: TransformerConfig, pred: ModelPrediction, args: argparse.Namesp
           f"{hw.id}; sizes below in 10⁹ B)")
     print(f"  weights      {fmt_bytes(f(mem.weights_bytes)):>10}")
     dep = args.parallel == "dep"  # a GPU caches its own share of the sequences, unsplit
-    per_token = f(kv_cache_bytes(cfg, 1, 1, 1 if dep else args.tp, pred.dtypes.kv))
+    per_token = f(mem.kv_bytes_per_token)  # this GPU's layers
     window = (f"; {cfg.num_sliding_layers} of {cfg.num_layers} layers keep at most "
               f"{cfg.sliding_window} tokens") if cfg.num_sliding_layers else ""
     seqs = f"{-(-b // args.tp)} (this GPU's share of {b})" if dep else f"{b}"
@@ -241,7 +247,8 @@ def _compare(cfg: TransformerConfig, preds: list[ModelPrediction],
              f"{f(p.memory.max_batch):,.0f}"] for p in preds]
     print(f"{cfg.name}: batch {f(preds[0].batch):g}, prompt {f(preds[0].prompt_len):g}, "
           f"generate {f(preds[0].gen_len):g}, TP {f(preds[0].tp):g}"
-          + ("" if args.parallel == "tp" else f" ({args.parallel})"))
+          + ("" if args.parallel == "tp" else f" ({args.parallel})")
+          + (f" × PP {args.pp}" if args.pp > 1 else ""))
     print("\n".join(table(["gpu", "TTFT", "TPOT", "end-to-end", "throughput", "memory",
                            "capacity", "fits", "max batch"], rows)))
 

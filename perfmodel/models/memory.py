@@ -21,18 +21,19 @@
   KV of its own ⌈batch/t⌉ sequences, and its activations are those of its sequences plus
   the gathered tokens of the others, (t − 1)·T·h; ``max_batch`` then counts the sequences
   of the whole instance (t × a GPU's).
-- Pipeline parallelism (``pp`` stages, serving only): each GPU holds the layers of its
-  stage, ⌈L/pp⌉ of L at most (counted as that share of every layer kind), and one of the
-  embedding and the LM head (the first stage the one, the last the other; a tied matrix
-  is held by both), so the largest stage holds ⌈L/pp⌉/L of the layers' bytes and one
-  vocabulary matrix.
+- Pipeline parallelism (``pp`` stages, :mod:`perfmodel.models.pipeline`): each GPU holds
+  the layers of its stage, ⌈L/pp⌉ of L at most (counted as that share of every layer
+  kind), and one of the embedding and the LM head (the first stage the one, the last the
+  other; a tied matrix is held by both), so the largest stage holds ⌈L/pp⌉/L of the
+  layers' bytes and one vocabulary matrix, and ⌈L/pp⌉/L of each sequence's KV cache; its
+  activations are taken as a whole model's (per-layer peaks, and the logits, which the
+  last stage holds).
 - Reserve: ``reserve_fraction`` of capacity plus ``reserve_bytes`` (CUDA context, cuBLAS
   workspace, allocator fragmentation); 10 % + 1 GiB unless told otherwise.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ import numpy as np
 from perfmodel.dtypes import bytes_per_element, weight_bytes_per_element
 from perfmodel.models.config import TransformerConfig, mla_projection_params
 from perfmodel.models.graph import Dtypes, check_parallel, tp_heads
+from perfmodel.models.pipeline import stage_layers
 from perfmodel.ops.attention import kv_bytes
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
@@ -96,7 +98,7 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
     if pp == 1:
         return np.asarray(stack + norm + matrix * (1.0 if cfg.tie_embeddings else 2.0),
                           dtype=np.float64)
-    return np.asarray(stack * (math.ceil(layers / pp) / layers) + norm + matrix,
+    return np.asarray(stack * (stage_layers(cfg, pp) / layers) + norm + matrix,
                       dtype=np.float64)
 
 
@@ -221,10 +223,10 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
                     prompt_len: Any, tp: Any = 1, dtypes: Dtypes | None = None,
                     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
                     reserve_bytes: float = DEFAULT_RESERVE_BYTES,
-                    parallel: str = "tp") -> MemoryEstimate:
+                    parallel: str = "tp", pp: int = 1) -> MemoryEstimate:
     """Memory of ``batch`` sequences holding ``context_len`` tokens of KV cache, the
     activation peak being that of a ``prompt_len`` prefill (per GPU of ``tp`` laid out as
-    ``parallel``: module docstring)."""
+    ``parallel``, of the largest of ``pp`` pipeline stages: module docstring)."""
     dt = dtypes or Dtypes()
     from perfmodel._errors import PerfmodelError
 
@@ -237,7 +239,8 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
                                  "reserve_bytes=2**30")
     reserve = reserve_fraction * capacity_bytes + reserve_bytes
     group = np.asarray(tp, dtype=np.float64)
-    w = weight_bytes(cfg, group, dt, parallel)
+    w = weight_bytes(cfg, group, dt, parallel, pp)
+    layer_share = stage_layers(cfg, pp) / cfg.num_layers  # of each sequence's KV cache
     # under dep a GPU holds its own sequences with attention unsplit, beside the tokens
     # the other GPUs gather to it for the experts
     dep = parallel == "dep"
@@ -246,17 +249,18 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
     b = np.ceil(np.asarray(batch, dtype=np.float64) / share)
     ctx = np.asarray(context_len, dtype=np.float64)
     gathered = gathered_bytes(cfg, prompt_len, share, dt)  # per sequence of this GPU
-    kv = kv_cache_bytes(cfg, b, ctx, tp, dt.kv)
+    kv = kv_cache_bytes(cfg, b, ctx, tp, dt.kv) * layer_share
     act = activation_bytes(cfg, b, prompt_len, tp, dt) + b * gathered
     total = w + kv + act + reserve
     avail = capacity_bytes - reserve - w
     # per sequence: KV cache + activations (both linear in batch)
-    per_seq = kv_cache_bytes(cfg, 1.0, ctx, tp, dt.kv) + activation_bytes(
+    per_seq = kv_cache_bytes(cfg, 1.0, ctx, tp, dt.kv) * layer_share + activation_bytes(
         cfg, 1.0, prompt_len, tp, dt) + gathered
     max_batch = share * np.where(avail > 0, np.floor(np.maximum(avail, 0.0) / per_seq), 0.0)
     # longest context at this batch: full layers grow a·c, sliding ones b·min(c, W)
     room = np.maximum(avail - act, 0.0) / b
-    unit = kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv) / max(cfg.num_layers, 1)  # per layer-token
+    unit = kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv) / max(cfg.num_layers, 1) \
+        * layer_share  # per layer-token
     a_full, a_slide = cfg.num_full_layers * unit, cfg.num_sliding_layers * unit
     win = float(cfg.sliding_window or 0)
     c1 = room / np.maximum(a_full + a_slide, 1e-30)
@@ -269,5 +273,5 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
         weights_bytes=as_value(w), kv_cache_bytes=as_value(kv), activation_bytes=as_value(act),
         total_bytes=as_value(total), fits=bool(fits) if fits.ndim == 0 else fits,
         max_batch=as_value(max_batch), max_context=as_value(max_ctx),
-        kv_bytes_per_token=as_value(kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv)),
+        kv_bytes_per_token=as_value(kv_cache_bytes(cfg, 1.0, 1.0, tp, dt.kv) * layer_share),
     )

@@ -40,6 +40,7 @@ from perfmodel.models.memory import (
     MemoryEstimate,
     estimate_memory,
 )
+from perfmodel.models.pipeline import check_stages, stage_layers, stage_send_s
 from perfmodel.models.rows import (
     NUMERIC,
     OpRow,
@@ -48,6 +49,7 @@ from perfmodel.models.rows import (
     label_of,
     to_json,
     with_host,
+    with_stage_sends,
 )
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
@@ -88,6 +90,8 @@ class ModelPrediction:
     assumptions: tuple[str, ...] = field(default_factory=tuple)
     parallel: str = "tp"
     """How an MoE model spreads over the ``tp`` GPUs (:mod:`perfmodel.models.graph`)."""
+    pp: int = 1
+    """Pipeline stages, each ``tp`` GPUs (:mod:`perfmodel.models.pipeline`)."""
 
     @functools.cached_property
     def ops(self) -> tuple[OpRow, ...]:
@@ -105,7 +109,8 @@ class ModelPrediction:
             "model": self.model, "hardware": self.hardware, "phase": self.phase,
             "batch": self.batch, "prompt_len": self.prompt_len,
             "context_len": self.context_len, "gen_len": self.gen_len, "tp": self.tp,
-            "parallel": self.parallel, "latency_s": self.latency_s, "ttft_s": self.ttft_s,
+            "parallel": self.parallel, "pp": self.pp, "latency_s": self.latency_s,
+            "ttft_s": self.ttft_s,
             "tpot_s": self.tpot_s,
             "e2e_s": self.e2e_s, "tokens_per_s": self.tokens_per_s,
             "dtypes": {"weight": self.dtypes.weight, "expert": self.dtypes.expert,
@@ -369,7 +374,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
                   reserve_bytes: float = DEFAULT_RESERVE_BYTES,
                   strict: bool = False, engine: str = "none",
                   step_overhead_s: float | None = None,
-                  parallel: str = "tp") -> ModelPrediction:
+                  parallel: str = "tp", pp: int = 1) -> ModelPrediction:
     """Predict a transformer's prefill, decode step, or whole generation on ``hw``.
 
     Parameters
@@ -415,13 +420,19 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         GPU, beside tensor-parallel attention) or ``dep`` (attention data-parallel, each
         GPU running ⌈batch/tp⌉ of the sequences with whole attention weights and its own
         KV cache, experts expert-parallel). ``batch`` is the whole instance's in all three.
+    pp:
+        Pipeline stages, each ``tp`` GPUs holding ⌈L/pp⌉ layers
+        (:mod:`perfmodel.models.pipeline`): memory is the largest stage's GPU's; the batch
+        passes the stages in turn, so each pass (prefill, decode step) takes the whole
+        model's time plus pp − 1 sends of its hidden states between stages (one batch keeps
+        one stage busy at a time; micro-batches in flight: :func:`perfmodel.serving.simulate`).
     """
     cfg = load_model(config)
     spec = load_hardware(hw)
     key = (cfg, spec_token(spec), phase, batch, prompt_len, context_len, gen_len,
            cached_prefix, tp, weight_dtype, activation_dtype, kv_dtype, expert_dtype,
            attention_impl, decode_points, reserve_fraction, reserve_bytes, strict, engine,
-           step_overhead_s, parallel)
+           step_overhead_s, parallel, pp)
     memo = _memoisable(key)
     if memo:
         hit = MEMO.get(key)
@@ -435,7 +446,7 @@ def predict_model(config: TransformerConfig | str, hw: HardwareSpec | str, *,
         activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
         attention_impl=attention_impl, decode_points=decode_points,
         reserve_fraction=reserve_fraction, reserve_bytes=reserve_bytes, strict=strict,
-        engine=engine, step_overhead_s=step_overhead_s, parallel=parallel)
+        engine=engine, step_overhead_s=step_overhead_s, parallel=parallel, pp=pp)
     over = bool(_issue_window(cfg, problem, strict))
     if memo:
         MEMO.put(key, (float(ctx) if over else None, result))
@@ -455,14 +466,14 @@ def _memoisable(key: tuple[Any, ...]) -> bool:
     """Whether a call can be memoised: every argument a plain Python scalar of the type
     the call accepts (no arrays, no bools for numbers: ``True == 1`` must not hit)."""
     (_, _, phase, batch, prompt, context, gen, cached, tp, w, a, kv, e, impl, points,
-     frac, reserve, strict, engine, host, parallel) = key
+     frac, reserve, strict, engine, host, parallel, pp) = key
     return (type(phase) is str and type(batch) in _NUMBER and type(tp) in _NUMBER
             and type(cached) in _NUMBER
             and all(x is None or type(x) in _NUMBER for x in (prompt, context, gen, host))
             and all(x is None or type(x) is str for x in (w, a, kv, e))
             and type(impl) is str and type(points) is int and type(frac) in _NUMBER
             and type(reserve) in _NUMBER and type(strict) is bool and type(engine) is str
-            and type(parallel) is str)
+            and type(parallel) is str and type(pp) is int)
 
 
 def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseName,
@@ -472,7 +483,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
                    expert_dtype: str | None, attention_impl: str, decode_points: int,
                    reserve_fraction: float, reserve_bytes: float, strict: bool, engine: str,
                    step_overhead_s: float | None,
-                   parallel: str = "tp") -> tuple[ModelPrediction, Array, str]:
+                   parallel: str = "tp", pp: int = 1) -> tuple[ModelPrediction, Array, str]:
     """:func:`predict_model` on a loaded config and spec, the final context and what is
     wrong with it (:func:`_window_problem`, "" when it is within the model's window)."""
     if phase not in ("prefill", "decode", "generate"):
@@ -481,6 +492,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     if isinstance(decode_points, bool) or not isinstance(decode_points, int) or decode_points < 2:
         raise PerfmodelError("decode_points", "must be an integer ≥ 2", "e.g. 5")
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
+    pp = check_stages(cfg, pp)
 
     def need(value: Any, name: str) -> Array:
         if value is None:
@@ -493,6 +505,16 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     t = _bounded(tp, "tp", MAX_TP, cap="MAX_TP")
     c0 = _bounded(cached_prefix, "cached_prefix", MAX_TOKENS, minimum=0.0, cap="MAX_TOKENS")
     prefill_res = decode_res = None
+
+    def staged(res: PhaseResult, tokens: Array) -> PhaseResult:
+        """``res`` with its pp − 1 sends between stages, of the tokens each GPU holds."""
+        if pp == 1:
+            return res
+        per_gpu = np.ceil(tokens / t) if parallel == "dep" else tokens
+        size = per_gpu * cfg.hidden_size * bytes_per_element(dt.activation)
+        return with_stage_sends(res, pp - 1.0,
+                                stage_send_s(cfg, spec, per_gpu, dt.activation), size)
+
     notes: list[str] = []
     if phase == "decode":
         ctx = need(context_len, "context_len")
@@ -501,12 +523,12 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
             [(decode_graph(cfg, b, ctx, t, dt, attention_impl, parallel=parallel), shape)],
             spec, engine,
             cfg.attention_sinks, cfg.block_scales, cfg.mx_experts)
-        decode_res = with_host(aggregate(timings[0], "decode"), host)
+        decode_res = staged(with_host(aggregate(timings[0], "decode"), host), b)
         step = np.asarray(decode_res.latency_s)
         p_len, g_len = np.full(shape, nan), np.full(shape, nan)
         ttft, tpot, e2e, tps, lat = np.full(shape, nan), step, np.full(shape, nan), b / step, step
         mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, 1.0, t, dt, reserve_fraction,
-                              reserve_bytes, parallel)
+                              reserve_bytes, parallel, pp)
     else:
         p = need(prompt_len, "prompt_len")
         g = need(gen_len, "gen_len") if phase == "generate" else np.asarray(1.0)
@@ -536,21 +558,27 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
                            (*shape, decode_points)))
         timings, notes = evaluate_graphs(graphs, spec, engine, cfg.attention_sinks,
                                          cfg.block_scales, cfg.mx_experts)
-        prefill_res = with_host(aggregate(timings[0], "prefill"), host)
+        prefill_res = staged(with_host(aggregate(timings[0], "prefill"), host), b * (p - c0))
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
         lat, e2e, tps, tpot = ttft, ttft, b * (p - c0) / ttft, np.full(shape, nan)
         if phase == "generate":
-            decode_res = with_host(aggregate(timings[1], "decode", weights), host)
+            decode_res = staged(with_host(aggregate(timings[1], "decode", weights), host), b)
             tpot = np.where(g > 1, np.asarray(decode_res.latency_s), nan)
             e2e = ttft + np.where(g > 1, (g - 1.0) * np.asarray(decode_res.latency_s), 0.0)
             lat, tps = e2e, b * g / e2e
         mem = estimate_memory(cfg, spec.memory.capacity, b, ctx, p - c0, t, dt,
-                              reserve_fraction, reserve_bytes, parallel)
+                              reserve_fraction, reserve_bytes, parallel, pp)
     window = _window_problem(cfg, ctx)
     if window:
         notes = [*notes, window + _ANYWAY]
     if parallel != "tp":
         notes = [*notes, _PARALLEL_NOTES[parallel]]
+    if pp > 1:
+        notes = [*notes, f"pipeline parallel: {pp} stages of at most "
+                 f"{stage_layers(cfg, pp)} layers (memory: the largest stage's GPU); the "
+                 f"batch passes them in turn, each pass the whole model plus {pp - 1} "
+                 "send(s) of its hidden states between stages; no micro-batches in flight "
+                 "(perfmodel serve --pp keeps pp of them)"]
     widened = widened_weights(cfg, dt, weight_dtype)
     if widened:
         notes = [*notes, widened]
@@ -565,4 +593,4 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
         ttft_s=as_value(ttft), tpot_s=as_value(tpot), e2e_s=as_value(e2e),
         tokens_per_s=as_value(tps), prefill=prefill_res, decode=decode_res, memory=mem,
         dtypes=dt, assumptions=_assumptions(cfg, phase, dt, notes, mem, decode_points, host),
-        parallel=parallel), ctx, window
+        parallel=parallel, pp=pp), ctx, window

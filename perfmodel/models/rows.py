@@ -18,7 +18,7 @@ from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value
 
 __all__ = ["NUMERIC", "Label", "OpRow", "PhaseResult", "aggregate", "label_of", "to_json",
-           "value", "with_host"]
+           "value", "with_host", "with_stage_sends"]
 
 Label = str | np.ndarray[Any, np.dtype[np.str_]]
 #: Summed fields of a row, in this order.
@@ -175,3 +175,29 @@ def with_host(res: PhaseResult, host_s: Any, name: str = "engine step (host)") -
     return dataclasses.replace(res, latency_s=value(total),
                                overhead_s=value(np.asarray(res.overhead_s) + host_s),
                                ops=(*rows, host))
+
+
+def with_stage_sends(res: PhaseResult, sends: float, latency_s: Any, bytes_: Any,
+                     name: str = "stage_send") -> PhaseResult:
+    """``res`` with a row for a pipeline pass's sends between stages
+    (:mod:`perfmodel.models.pipeline`): ``sends`` of them, each ``latency_s`` seconds
+    moving ``bytes_`` bytes (numbers or arrays broadcastable to the pass's points), on the
+    critical path (the next stage waits for them; bottleneck ``memory``: a transfer); the
+    other rows' shares rescaled. No row when ``sends`` is 0."""
+    if sends <= 0:
+        return res
+    t = sends * np.asarray(latency_s, dtype=np.float64)
+    total = np.asarray(res.latency_s) + t
+    zero = value(np.zeros_like(total))
+    moved = sends * np.asarray(bytes_, dtype=np.float64) * np.ones_like(total)
+    rows = tuple(dataclasses.replace(r, share=value(np.asarray(r.latency_s) / total))
+                 for r in res.ops)
+    send = OpRow(name=name, kind="transfer", phase=res.phase, count=float(sends),
+                 latency_s=value(t * np.ones_like(total)), share=value(t / total),
+                 compute_s=zero, memory_s=value(t * np.ones_like(total)), overhead_s=zero,
+                 flops=zero, bytes=value(moved), arithmetic_intensity=zero,
+                 bottleneck="memory")
+    return dataclasses.replace(res, latency_s=value(total),
+                               memory_s=value(np.asarray(res.memory_s) + t),
+                               bytes=value(np.asarray(res.bytes) + moved),
+                               ops=(*rows, send))

@@ -17,6 +17,7 @@ from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
 from perfmodel.models.graph import attention_ranks, check_instance
+from perfmodel.models.pipeline import check_stages
 from perfmodel.models.predict import resolve_dtypes
 from perfmodel.serving.engines import EngineConfig, engine_config
 from perfmodel.serving.kvcache import KVPool, kv_pool
@@ -50,11 +51,7 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
     cfg = load_model(config)
     spec = load_hardware(hw)
     tp = _whole(tp, "tp", "e.g. --tp 4")
-    pp = _whole(pp, "pp", "e.g. --pp 2")
-    if pp > cfg.num_layers:
-        raise PerfmodelError("pp", f"{pp} pipeline stages for the {cfg.num_layers} layers of "
-                             f"{cfg.name}: a stage holds at least one layer",
-                             f"use --pp {cfg.num_layers} or fewer")
+    pp = check_stages(cfg, pp)
     check_instance(cfg, parallel, np.asarray(float(tp)))
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
     if isinstance(engine, EngineConfig):

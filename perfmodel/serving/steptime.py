@@ -22,8 +22,7 @@ Under pipeline parallelism (``pp`` stages of ⌈L/pp⌉ layers, ``pp`` micro-bat
 flight, each simulated as a replica) a micro-batch gets its next token once per pipeline
 cycle, pp times the slowest stage's time: the last stage also runs the LM head, and each
 stage passes its tokens' hidden states (T·h activations) to the next over the GPU link
-(one latency + bytes at the link's per-direction bandwidth, peer to peer: the 2-GPU
-fabric of :func:`perfmodel.timing.comm.fabric`), so
+(:func:`perfmodel.models.pipeline.stage_send_s`), so
 
     step = dense(T) + pp·(lm(S) + hop(T)) + attention     (stages of equal layers)
 
@@ -42,7 +41,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfmodel.dtypes import bytes_per_element
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.evaluate import GraphTiming, evaluate_graphs
@@ -53,10 +51,10 @@ from perfmodel.models.graph import (
     decode_graph,
     prefill_graph,
 )
+from perfmodel.models.pipeline import stage_layers, stage_send_s
 from perfmodel.ops import Attention
 from perfmodel.ops.cost import Array
 from perfmodel.serving.engines import EngineConfig
-from perfmodel.timing.comm import fabric
 
 __all__ = ["StepModel", "build_step_model", "grid"]
 
@@ -178,15 +176,6 @@ class StepModel:
         return s
 
 
-def _hop_s(cfg: TransformerConfig, hw: HardwareSpec, tokens: Array, dtypes: Dtypes) -> Array:
-    """One stage-to-stage send of ``tokens`` hidden states (T·h at the activation dtype)
-    over the GPU link, peer to peer: latency + bytes / per-direction bandwidth, s."""
-    link = fabric(hw, np.asarray([2.0]))
-    size = np.asarray(tokens, dtype=np.float64) * cfg.hidden_size \
-        * bytes_per_element(dtypes.activation)
-    return np.asarray(link.latency_s[0] + size / link.bandwidth[0], dtype=np.float64)
-
-
 #: Multi-head latent attention's GEMMs that belong with its attention call rather than
 #: with the step's tokens (perfmodel.models.graph): a decode's absorbed up-projections
 #: (per decoding sequence) and a prefill's decompression of the chunk's whole context
@@ -253,9 +242,9 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     lm = _rows(dense_t, is_lm)
     if pp > 1:
         lm = pp * lm
-        dense = dense + pp * _hop_s(cfg, hw, t_grid, dtypes)
+        dense = dense + pp * stage_send_s(cfg, hw, t_grid, dtypes.activation)
         notes = [*notes, f"pipeline parallel: {pp} stages of at most "
-                 f"{-(-cfg.num_layers // pp)} layers, {pp} micro-batches in flight; a "
+                 f"{stage_layers(cfg, pp)} layers, {pp} micro-batches in flight; a "
                  f"micro-batch's step is the pipeline cycle: the layers once, the LM head "
                  f"and a hop of its hidden states between stages {pp} times"]
     dec = _rows(dec_t, [True] * len(dec_t.names)).reshape(b_grid.size, c_grid.size)

@@ -1,0 +1,54 @@
+"""Pipeline parallelism: how a model splits into stages and what crosses between them.
+
+A model split into ``pp`` stages holds at most ⌈L/pp⌉ of its L layers on each stage's
+GPUs. Each stage hands its output, the hidden states of the tokens it processed (T·h at the
+activation dtype), to the next stage's GPU over the GPU link, peer to peer:
+
+    t_send = latency + T·h·s_a / BW
+
+with the latency and per-direction bandwidth of the 2-GPU fabric
+(:func:`perfmodel.timing.comm.fabric`: NVLink, a bridge, or PCIe, shared or behind
+switches). A single batch crosses pp − 1 stage boundaries per pass; an engine keeping pp
+micro-batches in flight (:mod:`perfmodel.serving`) pays pp sends per micro-batch cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from perfmodel._errors import PerfmodelError
+from perfmodel.dtypes import bytes_per_element
+from perfmodel.hardware.spec import HardwareSpec
+from perfmodel.models.config import TransformerConfig
+from perfmodel.ops.cost import Array
+from perfmodel.timing.comm import fabric
+
+__all__ = ["check_stages", "stage_layers", "stage_send_s"]
+
+
+def check_stages(cfg: TransformerConfig, pp: Any) -> int:
+    """``pp`` as a stage count: a whole number from 1 to the model's layer count."""
+    if isinstance(pp, bool) or not isinstance(pp, (int, np.integer)) or pp < 1:
+        raise PerfmodelError("pp", f"must be a whole number ≥ 1, got {pp!r}", "e.g. --pp 2")
+    if pp > cfg.num_layers:
+        raise PerfmodelError("pp", f"{pp} pipeline stages for the {cfg.num_layers} layers of "
+                             f"{cfg.name}: a stage holds at least one layer",
+                             f"use --pp {cfg.num_layers} or fewer")
+    return int(pp)
+
+
+def stage_layers(cfg: TransformerConfig, pp: int) -> int:
+    """Layers of the largest of ``pp`` stages, ⌈L/pp⌉."""
+    return math.ceil(cfg.num_layers / pp)
+
+
+def stage_send_s(cfg: TransformerConfig, hw: HardwareSpec, tokens: Any,
+                 activation_dtype: str) -> Array:
+    """One stage-to-stage send of ``tokens`` tokens' hidden states, s (module docstring)."""
+    link = fabric(hw, np.asarray([2.0]))
+    size = np.asarray(tokens, dtype=np.float64) * cfg.hidden_size \
+        * bytes_per_element(activation_dtype)
+    return np.asarray(link.latency_s[0] + size / link.bandwidth[0], dtype=np.float64)
