@@ -122,6 +122,8 @@ class PlanOption:
     usd_per_million_output_tokens: float | None
     usd_per_million_tokens: float | None
     """Per million tokens in and out."""
+    pp: int = 1
+    """Pipeline stages per replica, each ``tp`` GPUs (a replica is tp × pp GPUs)."""
 
 
 @dataclass(frozen=True)
@@ -289,8 +291,8 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
 
     ``prices`` overrides USD per GPU-hour by GPU id; ``options`` go to
     :func:`perfmodel.predict_model` (dtypes, attention_impl, reserve_fraction...;
-    ``parallel``, an MoE model's layout over each option's tp GPUs, with
-    ``method="simulate"`` only).
+    ``parallel``, an MoE model's layout over each option's tp GPUs, and ``pp``, pipeline
+    stages of tp GPUs each, with ``method="simulate"`` only).
     ``engine`` (``none``, ``vllm``, ``trtllm``, ``sglang``) picks the kernels, and for
     ``method="simulate"`` (the serving simulator) the scheduler too (vLLM's for ``none``);
     targets met at ``percentile`` (mean, p50, p90, p99) over ``requests`` simulated requests
@@ -302,6 +304,9 @@ def plan(config: TransformerConfig | str, gpus: Sequence[HardwareSpec | str],
     if options.get("parallel", "tp") != "tp" and method != "simulate":
         raise PerfmodelError("parallel", "the analytic plan lays models out by TP only",
                              "use method='simulate' for tep or dep")
+    if options.get("pp", 1) != 1 and method != "simulate":
+        raise PerfmodelError("pp", "the analytic plan lays models out by TP only",
+                             "use method='simulate' for pipeline stages")
     if percentile not in ("mean", "p50", "p90", "p99"):
         raise PerfmodelError("percentile", f"unknown statistic {percentile!r}",
                              "use mean, p50, p90 or p99")

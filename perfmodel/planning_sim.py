@@ -21,6 +21,7 @@ multiple.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -136,6 +137,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
     """Options for one GPU type (see the module docstring)."""
     dtypes: dict[str, Any] = {k: options.get(k) for k in _DTYPE_KEYS}
     parallel = str(options.get("parallel") or "tp")
+    pp = int(options.get("pp") or 1)
     scheduler, kernels = scheduler_and_kernels(engine)
     overrides: dict[str, Any] = {"kernels": kernels}
     if options.get("attention_impl") not in (None, "flash"):
@@ -156,16 +158,17 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         except PerfmodelError as exc:
             if exc.field == "parallel":  # the layout itself, whatever the GPU count
                 raise
-            out.append(refused_tp(spec, int(t), exc))
+            out.append(dataclasses.replace(refused_tp(spec, int(t), exc), pp=pp))
             continue
-        base: dict[str, Any] = {"gpu": spec.id, "tp": int(t), "batch": 0, "limited_by": "",
+        base: dict[str, Any] = {"gpu": spec.id, "tp": int(t), "pp": pp, "batch": 0,
+                                "limited_by": "",
                                 "replicas": 0, "gpus": 0, "usd_per_hour": None,
                                 "usd_per_million_output_tokens": None,
                                 "usd_per_million_tokens": None}
         longest = closed_loop(1, 1, int(np.max(prompt)), int(np.max(output)))
         try:
             c, s, eng, pool, model = prepare(cfg, spec, longest, tp=int(t), engine=scheduler,
-                                             parallel=parallel, **dtypes, **overrides)
+                                             parallel=parallel, pp=pp, **dtypes, **overrides)
         except PerfmodelError as exc:
             if exc.field not in ("kv_cache", "max_num_batched_tokens"):
                 raise
@@ -192,7 +195,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                 load = Requests("poisson", prompt[:k], output[:k], unit_send[:k] / rate, 0,
                                 rate)
                 res = run_prepared(cfg_, spec_, eng_, pool_, model_, load, tp=tp,
-                                   parallel=parallel)
+                                   parallel=parallel, pp=pp)
                 if not meets(res):
                     return res, False
                 need = math.ceil(multiple * rate * float(np.mean(res.e2e_s)))
@@ -202,13 +205,14 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
                     return res, False
                 k = min(max(need, 2 * k), pool_n)
 
-        # the pool is one attention rank's under dep, a replica's otherwise; a run's
-        # timeline holds each rank's records (its mean running count is one rank's)
-        ranks = attention_ranks(parallel, int(t))
+        # the pool is one attention rank's under dep (one micro-batch's with pp stages), a
+        # replica's otherwise; a run's timeline holds each rank's records (its mean running
+        # count is one rank's)
+        ranks = attention_ranks(parallel, int(t)) * pp
         max_mem = pool.tokens // (p_len + g_len) * ranks
         base.update(weights_bytes_per_gpu=pool.weights_bytes, max_batch_memory=int(max_mem))
         alone = run_prepared(c, s, eng, pool, model, closed_loop(1, 1, p_len, g_len),
-                             tp=int(t), parallel=parallel)
+                             tp=int(t), parallel=parallel, pp=pp)
         ttft0, tpot0 = _pct(alone, "mean")
         e2e0 = float(np.mean(alone.e2e_s))
         if ttft0 > wl.ttft_target_s or tpot0 > wl.tpot_target_s:
@@ -266,7 +270,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         if int(np.sum(hi_res[0].preemptions)) > 0:
             bound += " (KV cache full: preemptions)"
         replicas = math.ceil(wl.requests_per_s / lo - 1e-9)
-        gpus = replicas * int(t)
+        gpus = replicas * int(t) * pp
         out_tok = wl.requests_per_s * float(np.mean(output[:n]))
         cost = gpus * price if price is not None else None
         batch = _steady_batch(steady_res) * ranks
@@ -282,5 +286,5 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
             f"{batch} running on average)", ttft_s=ttft, tpot_s=tpot,
             step_s=steady_res.itl().mean, prefill_s=ttft0, requests_per_s_per_replica=lo,
             tokens_per_s_per_gpu=out_tok / gpus,
-            capacity_tokens_per_s_per_gpu=lo * float(np.mean(output[:n])) / int(t)))
+            capacity_tokens_per_s_per_gpu=lo * float(np.mean(output[:n])) / (int(t) * pp)))
     return tuple(out)

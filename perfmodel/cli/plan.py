@@ -25,7 +25,7 @@ from perfmodel.cli._model_args import (
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
 from perfmodel.models.graph import PARALLEL_LAYOUTS
-from perfmodel.planning import Plan, Workload, plan
+from perfmodel.planning import Plan, PlanOption, Workload, plan
 from perfmodel.serving.requests import MAX_SIM_REQUESTS
 
 __all__ = ["register"]
@@ -67,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
                    help="an MoE model's layout over each option's TP GPUs: tp (default), tep "
                    "or dep (see perfmodel model --help); with --method simulate")
+    p.add_argument("--pp", type=tp_int, default=1,
+                   help="pipeline stages per replica, each of the option's TP GPUs (a "
+                   "replica is TP × PP GPUs); with --method simulate (default 1)")
     p.add_argument("--price", action="append", default=[], metavar="ID=USD",
                    help="USD per GPU-hour for a GPU (repeatable), or one number for all")
     p.add_argument("--method", choices=("simulate", "analytic"), default="simulate",
@@ -134,7 +137,7 @@ def _report(p: Plan) -> None:
             verdict = "engine does not run here" if g.engine_refused else "cannot meet"
             rows.append([g.gpu, "-", "-", "-", "-", "-", "-", "-", "-", "-", verdict])
             continue
-        rows.append([g.gpu, str(b.tp), str(b.replicas), str(b.gpus), str(b.batch),
+        rows.append([g.gpu, _layout(b), str(b.replicas), str(b.gpus), str(b.batch),
                      fmt_time(b.ttft_s), fmt_time(b.tpot_s), f"{b.tokens_per_s_per_gpu:,.0f}",
                      _money(b.usd_per_hour), _money(b.usd_per_million_output_tokens, 3),
                      b.limited_by])
@@ -150,16 +153,22 @@ def _report(p: Plan) -> None:
             print("    no TP degree divides the model's heads")
         for o in g.options:
             if o.feasible:
-                detail = (f"{o.replicas} × {o.tp} GPUs, {o.reason}, TTFT {fmt_time(o.ttft_s)}, "
+                detail = (f"{o.replicas} × {o.tp * o.pp} GPUs, {o.reason}, TTFT "
+                          f"{fmt_time(o.ttft_s)}, "
                           f"TPOT {fmt_time(o.tpot_s)}, capacity "
                           f"{o.capacity_tokens_per_s_per_gpu:,.0f} out tok/s/GPU")
             else:
                 detail = o.reason
-            print(f"    TP {o.tp}: {detail}")
+            print(f"    TP {_layout(o)}: {detail}")
     print()
     print("assumptions:")
     for a in p.assumptions:
         print(f"  - {a}")
+
+
+def _layout(o: PlanOption) -> str:
+    """An option's TP degree, with its pipeline stages where there are several."""
+    return f"{o.tp} × PP {o.pp}" if o.pp > 1 else str(o.tp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
     result = plan(cfg, args.gpus, wl, tp_options=tps, prices=_prices(args.price, args.gpus),
                   method=args.method, percentile=args.percentile,
                   requests=args.requests, length_spread=args.length_spread,
-                  strict=args.strict, parallel=args.parallel, **dtype_options(args))
+                  strict=args.strict, parallel=args.parallel, pp=args.pp,
+                  **dtype_options(args))
     if args.plot:
         from perfmodel.plots import plan_comparison_data, plot_gpu_comparison
         plot_gpu_comparison(plan_comparison_data(result), Path(args.plot))
