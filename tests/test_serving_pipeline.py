@@ -115,3 +115,17 @@ def test_trtllm_bench_heuristic_divides_its_batch_by_the_stages() -> None:
     # heuristic counts max(tp, 8) heads either way), so only the division remains
     assert pp2 < tp2
     assert pp2 == pytest.approx(tp2 / 2, rel=0.15)
+
+
+def test_sweeps_take_the_stages(capsys: pytest.CaptureFixture[str]) -> None:
+    from perfmodel.serving.sweep import serve_sweep
+    from perfmodel.sweeps import sweep
+    res = serve_sweep(MODEL, GPU, "concurrency", [4], prompt=128, gen=16, requests=16,
+                      engine="trtllm", pp=2)
+    assert res.results[0].gpus == 2
+    model = sweep(MODEL, GPU, "batch", [8.0], phase="decode", context_len=1024, pp=2)
+    one = pm.predict_model(MODEL, GPU, phase="decode", batch=8, context_len=1024, pp=2)
+    assert float(model.latency_s[0]) == pytest.approx(float(one.latency_s), rel=1e-12)
+    assert main(["sweep", MODEL, "--gpu", GPU, "--over", "concurrency", "--values", "4",
+                 "--prompt", "128", "--gen", "16", "--requests", "16", "--pp", "2"]) == 0
+    assert "on 2 × rtx-pro-6000-server" in capsys.readouterr().out

@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
                    help="an MoE model's layout over the --tp GPUs: tp (default), tep or dep "
                    "(see perfmodel model --help)")
+    p.add_argument("--pp", type=tp_int, default=1,
+                   help="pipeline stages of --tp GPUs each (see perfmodel model --help and "
+                   "perfmodel serve --help; default 1)")
     p.add_argument("--requests", type=positive_int,
                    help="serving sweeps: requests per point (default 10×C, or 1000)")
     add_dtype_flags(p)
@@ -141,7 +144,7 @@ def _serve_sweep(args: argparse.Namespace, values: np.ndarray) -> int:
     scheduler, kernels = scheduler_and_kernels(args.engine)
     res = serve_sweep(args.model, args.gpu, args.over, values.tolist(), prompt=args.prompt,
                       gen=args.gen, requests=args.requests, tp=args.tp, engine=scheduler,
-                      kernels=kernels, parallel=args.parallel, **opts)
+                      kernels=kernels, parallel=args.parallel, pp=args.pp, **opts)
     fmt = "json" if args.json else args.format
     rows = res.rows()
     if fmt == "json":
@@ -153,7 +156,7 @@ def _serve_sweep(args: argparse.Namespace, values: np.ndarray) -> int:
             print(",".join(f"{v:.6g}" for v in r.values()))
         return 0
     first = res.results[0]
-    print(f"{first.model} on {first.tp} × {first.hardware}, engine {first.engine}: serving "
+    print(f"{first.model} on {first.gpus} × {first.hardware}, engine {first.engine}: serving "
           f"over {args.over}, prompt {args.prompt}, output {args.gen} tokens")
     body = [[f"{r[args.over]:g}", fmt_time(r["ttft_mean_s"]), fmt_time(r["ttft_p90_s"]),
              fmt_time(r["tpot_mean_s"]), fmt_time(r["tpot_p90_s"]),
@@ -172,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
     check_plot_target(args.plot, args.model, args.gpu)
     res = sweep(cfg, args.gpu, args.over, values, phase=args.phase, batch=args.batch,
                 prompt_len=args.prompt, context_len=args.context, gen_len=args.gen,
-                tp=args.tp, strict=args.strict, parallel=args.parallel, **dtype_options(args))
+                tp=args.tp, strict=args.strict, parallel=args.parallel, pp=args.pp,
+                **dtype_options(args))
     fmt = "json" if args.json else args.format
     if args.plot:
         from perfmodel.plots import plot_sweep

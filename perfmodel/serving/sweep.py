@@ -52,11 +52,11 @@ def serve_sweep(config: TransformerConfig | str, hw: HardwareSpec | str, over: O
                 values: Sequence[float], *, prompt: int, gen: int, spread: float = 1.0,
                 requests: int | None = None, seed: int = 0, tp: int = 1, replicas: int = 1,
                 engine: str = "vllm", progress: Callable[[int, int], None] | None = None,
-                parallel: str = "tp", **options: Any) -> ServeSweep:
+                parallel: str = "tp", pp: int = 1, **options: Any) -> ServeSweep:
     """Simulate each value of ``over`` (``concurrency``: closed loop, ``requests`` default
     10 × C, at least 100; ``rate``: Poisson requests/s, ``requests`` default 1000).
     ``options``: dtypes and engine overrides as for :func:`perfmodel.serving.simulate`;
-    ``parallel``: an MoE model's layout, as there."""
+    ``parallel``, ``pp``: an MoE model's layout and pipeline stages, as there."""
     if over not in ("concurrency", "rate"):
         raise PerfmodelError("over", f"cannot sweep {over!r} on the simulator",
                              "use concurrency or rate")
@@ -76,11 +76,11 @@ def serve_sweep(config: TransformerConfig | str, hw: HardwareSpec | str, over: O
     loads = [workload(v) for v in vals]
     longest = max(loads, key=lambda w: int(np.max(w.prompt + w.output)))
     cfg, spec, eng, pool, model = prepare(config, hw, longest, tp=tp, engine=engine,
-                                          parallel=parallel, **options)
+                                          parallel=parallel, pp=pp, **options)
     results = []
     for i, wl in enumerate(loads):
         results.append(run_prepared(cfg, spec, eng, pool, model, wl, tp=tp, replicas=replicas,
-                                    parallel=parallel))
+                                    parallel=parallel, pp=pp))
         if progress is not None:
             progress(i + 1, len(loads))
     return ServeSweep(over, tuple(vals), tuple(results))
