@@ -73,8 +73,9 @@ from perfmodel.serving.steptime import StepModel
 
 #: GPUs whose rows were added after the host overheads were fitted and that no fitted row
 #: ran on: scored apart and left out of ``--fit`` (the serving figure for a GPU nobody
-#: measured; RTX PRO 6000 Server: TensorRT-LLM's perf overview @03e27c7d, added at stop 42).
-UNFITTED_GPUS = ("rtx-pro-6000-server",)
+#: measured; added at stop 42: RTX PRO 6000 Server, TensorRT-LLM's perf overview
+#: @03e27c7d; MI300X, Oracle's vLLM latency runs of Llama 3.1 405B FP8).
+UNFITTED_GPUS = ("rtx-pro-6000-server", "mi300x")
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "benchmarks" / "serving" / "published.csv"
