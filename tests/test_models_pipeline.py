@@ -72,6 +72,12 @@ def test_dep_sends_each_rank_its_own_tokens() -> None:
     two = pm.predict_model("qwen3-30b-a3b", GPU, pp=2, **kw)  # type: ignore[arg-type]
     sent = 5e-6 + 2 * 2048 * 2 / BW  # h = 2048
     assert float(two.latency_s) - float(one.latency_s) == pytest.approx(sent, rel=1e-9)
+    # a prefill of 6 sequences of 100 tokens: a rank holds ⌈6/4⌉ = 2 of them, 200 tokens
+    kw = {"phase": "prefill", "batch": 6, "prompt_len": 100, "tp": 4, "parallel": "dep"}
+    one = pm.predict_model("qwen3-30b-a3b", GPU, **kw)  # type: ignore[arg-type]
+    two = pm.predict_model("qwen3-30b-a3b", GPU, pp=2, **kw)  # type: ignore[arg-type]
+    sent = 5e-6 + 200 * 2048 * 2 / BW
+    assert float(two.ttft_s) - float(one.ttft_s) == pytest.approx(sent, rel=1e-9)
 
 
 @pytest.mark.parametrize("pp", [0, 33, 2.0, True])

@@ -506,11 +506,12 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
     c0 = _bounded(cached_prefix, "cached_prefix", MAX_TOKENS, minimum=0.0, cap="MAX_TOKENS")
     prefill_res = decode_res = None
 
-    def staged(res: PhaseResult, tokens: Array) -> PhaseResult:
-        """``res`` with its pp − 1 sends between stages, of the tokens each GPU holds."""
+    def staged(res: PhaseResult, seqs: Array, tokens_each: Any = 1.0) -> PhaseResult:
+        """``res`` with its pp − 1 sends between stages, of the tokens each GPU holds
+        (``tokens_each`` per sequence; under dep a GPU holds its own ⌈seqs/tp⌉)."""
         if pp == 1:
             return res
-        per_gpu = np.ceil(tokens / t) if parallel == "dep" else tokens
+        per_gpu = (np.ceil(seqs / t) if parallel == "dep" else seqs) * tokens_each
         size = per_gpu * cfg.hidden_size * bytes_per_element(dt.activation)
         return with_stage_sends(res, pp - 1.0,
                                 stage_send_s(cfg, spec, per_gpu, dt.activation), size)
@@ -558,7 +559,7 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
                            (*shape, decode_points)))
         timings, notes = evaluate_graphs(graphs, spec, engine, cfg.attention_sinks,
                                          cfg.block_scales, cfg.mx_experts)
-        prefill_res = staged(with_host(aggregate(timings[0], "prefill"), host), b * (p - c0))
+        prefill_res = staged(with_host(aggregate(timings[0], "prefill"), host), b, p - c0)
         ttft = np.asarray(prefill_res.latency_s) * np.ones(shape)
         lat, e2e, tps, tpot = ttft, ttft, b * (p - c0) / ttft, np.full(shape, nan)
         if phase == "generate":
