@@ -15,10 +15,12 @@ from perfmodel._limits import (
     MAX_TP,
     clip_message,
 )
+from perfmodel.models.graph import PARALLEL_LAYOUTS
 
-__all__ = ["add_dtype_flags", "add_memory_flags", "add_strict_flag", "batch_int", "count_int",
-           "dtype_options", "fmt_bytes", "fmt_rate", "fmt_time", "fraction", "gib", "gpu_list",
-           "positive_float", "positive_int", "sweep_points", "table", "token_int", "tp_int"]
+__all__ = ["add_dtype_flags", "add_layout_flags", "add_memory_flags", "add_strict_flag",
+           "batch_int", "count_int", "dtype_options", "fmt_bytes", "fmt_rate", "fmt_time",
+           "fraction", "gib", "gpu_list", "positive_float", "positive_int", "sweep_points",
+           "table", "token_int", "tp_int"]
 
 
 def _whole(text: str, minimum: float, maximum: float, cap: str) -> int:
@@ -145,6 +147,20 @@ def add_dtype_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--engine", default="none", choices=("none", "trtllm", "vllm", "sglang"),
                    help="inference engine whose kernels, fusions and bookkeeping to model "
                         "(CUDA-graph replay); none (default): engine-neutral")
+
+
+def add_layout_flags(p: argparse.ArgumentParser, gpus: str, note: str = "") -> None:
+    """``--parallel`` (an MoE model's layout over ``gpus``) and ``--pp`` (pipeline stages
+    of ``gpus`` each); ``note`` ends both help texts (where the command takes them)."""
+    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
+                   help=f"an MoE model's layout over {gpus}: tp (default), tep (whole "
+                   "experts per GPU beside tensor-parallel attention) or dep (attention "
+                   "data-parallel: each GPU runs its own share of the sequences; experts "
+                   f"expert-parallel){note}")
+    p.add_argument("--pp", type=tp_int, default=1,
+                   help=f"pipeline-parallel stages of {gpus} each, holding their share of "
+                   "the layers (default 1; memory is the largest stage's GPU's; serving "
+                   f"keeps as many micro-batches in flight){note}")
 
 
 def add_memory_flags(p: argparse.ArgumentParser) -> None:

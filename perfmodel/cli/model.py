@@ -17,6 +17,7 @@ from perfmodel._errors import PerfmodelError
 from perfmodel._units import format_capacity
 from perfmodel.cli._model_args import (
     add_dtype_flags,
+    add_layout_flags,
     add_memory_flags,
     add_strict_flag,
     batch_int,
@@ -42,7 +43,6 @@ from perfmodel.models.config import (
     load_model,
     num_params,
 )
-from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.models.memory import weight_bytes
 from perfmodel.models.predict import ModelPrediction, predict_model
 
@@ -79,15 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="tokens of the prompt already in the KV cache (prefix caching): "
                    "part of --prompt, so the prefill computes P - C tokens; C < P")
     p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs")
-    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
-                   help="how an MoE model spreads over the --tp GPUs: tp (default), tep "
-                   "(whole experts per GPU beside tensor-parallel attention) or dep "
-                   "(attention data-parallel: each GPU runs its share of the batch; experts "
-                   "expert-parallel)")
-    p.add_argument("--pp", type=tp_int, default=1,
-                   help="pipeline-parallel stages of --tp GPUs each, holding their share of "
-                   "the layers; memory is the largest stage's GPU's, the batch passes the "
-                   "stages in turn (default 1)")
+    add_layout_flags(p, "the --tp GPUs")
     add_dtype_flags(p)
     p.add_argument("--step-overhead-ms", type=host_ms, metavar="MS",
                    help="host time per pass (prefill, each decode step) under --engine, "

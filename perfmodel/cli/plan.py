@@ -11,6 +11,7 @@ from pathlib import Path
 from perfmodel._errors import PerfmodelError
 from perfmodel.cli._model_args import (
     add_dtype_flags,
+    add_layout_flags,
     add_memory_flags,
     add_strict_flag,
     dtype_options,
@@ -24,7 +25,6 @@ from perfmodel.cli._model_args import (
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
-from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.planning import Plan, PlanOption, Workload, plan
 from perfmodel.serving.requests import MAX_SIM_REQUESTS
 
@@ -64,12 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="TPOT target (per output token after the first), ms")
     p.add_argument("--tp", default="1,2,4,8", metavar="T,T...",
                    help="TP degrees to consider (default 1,2,4,8)")
-    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
-                   help="an MoE model's layout over each option's TP GPUs: tp (default), tep "
-                   "or dep (see perfmodel model --help); with --method simulate")
-    p.add_argument("--pp", type=tp_int, default=1,
-                   help="pipeline stages per replica, each of the option's TP GPUs (a "
-                   "replica is TP × PP GPUs); with --method simulate (default 1)")
+    add_layout_flags(p, "each option's TP GPUs", "; with --method simulate")
     p.add_argument("--price", action="append", default=[], metavar="ID=USD",
                    help="USD per GPU-hour for a GPU (repeatable), or one number for all")
     p.add_argument("--method", choices=("simulate", "analytic"), default="simulate",

@@ -18,6 +18,7 @@ from typing import Any
 from perfmodel._errors import PerfmodelError
 from perfmodel.cli._model_args import (
     add_dtype_flags,
+    add_layout_flags,
     batch_int,
     fmt_time,
     positive_float,
@@ -27,7 +28,6 @@ from perfmodel.cli._model_args import (
     tp_int,
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
-from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.serving import (
     ServeResult,
     Workload,
@@ -70,13 +70,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--tp", type=tp_int, default=1, help="tensor-parallel GPUs per replica")
     p.add_argument("--replicas", type=batch_int, default=1,
                    help="data-parallel replicas behind a round-robin router")
-    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
-                   help="an MoE model's layout over each replica's --tp GPUs: tp (default), "
-                   "tep (whole experts per GPU) or dep (data-parallel attention: each GPU "
-                   "schedules its own share of the requests; experts expert-parallel)")
-    p.add_argument("--pp", type=tp_int, default=1,
-                   help="pipeline-parallel stages per replica, each --tp GPUs holding its "
-                   "share of the layers; as many micro-batches in flight (default 1)")
+    add_layout_flags(p, "each replica's --tp GPUs")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--concurrency", type=batch_int, metavar="C",
                      help="closed loop: C requests in flight")

@@ -12,6 +12,7 @@ import numpy as np
 from perfmodel._limits import MAX_SWEEP_POINTS
 from perfmodel.cli._model_args import (
     add_dtype_flags,
+    add_layout_flags,
     add_memory_flags,
     add_strict_flag,
     batch_int,
@@ -26,7 +27,6 @@ from perfmodel.cli._model_args import (
 )
 from perfmodel.cli._paths import check_plot_target, plot_path
 from perfmodel.models.config import load_model
-from perfmodel.models.graph import PARALLEL_LAYOUTS
 from perfmodel.sweeps import GROUPS, SweepResult, parse_values, sweep
 
 __all__ = ["register"]
@@ -74,12 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--context", type=token_int, help="decode context (default --prompt)")
     p.add_argument("--gen", type=token_int, default=256, help="for --phase generate")
     p.add_argument("--tp", type=tp_int, default=1)
-    p.add_argument("--parallel", choices=PARALLEL_LAYOUTS, default="tp",
-                   help="an MoE model's layout over the --tp GPUs: tp (default), tep or dep "
-                   "(see perfmodel model --help)")
-    p.add_argument("--pp", type=tp_int, default=1,
-                   help="pipeline stages of --tp GPUs each (see perfmodel model --help and "
-                   "perfmodel serve --help; default 1)")
+    add_layout_flags(p, "the --tp GPUs")
     p.add_argument("--requests", type=positive_int,
                    help="serving sweeps: requests per point (default 10×C, or 1000)")
     add_dtype_flags(p)
