@@ -110,8 +110,9 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
     ``pp``: the layout they were prepared for; under ``dep`` each of a replica's ``tp``
     attention ranks, and with ``pp`` stages each of its pp micro-batches, is simulated as
     a replica of its own)."""
-    ranks = attention_ranks(parallel, tp) * pp
-    parts = workload.split(replicas * ranks)
+    ranks = attention_ranks(parallel, tp)
+    runners = replicas * ranks * pp  # each simulated on its own share of the requests
+    parts = workload.split(runners)
     total = workload.requests
     done_before = [0]
     runs: list[ReplicaRun] = []
@@ -121,7 +122,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
                 progress(base + done, total)
         runs.append(simulate_replica(model, eng, pool, part, report))
         done_before[0] += part.requests
-    index = np.concatenate(workload.shares(replicas * ranks))
+    index = np.concatenate(workload.shares(runners))
     order = np.argsort(index, kind="stable")
 
     def cat(name: str) -> Any:
@@ -146,7 +147,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
         itl_weights=np.concatenate([r.itl_weights for r in runs]), timeline=timeline,
         kv_blocks=pool.blocks, kv_block_size=pool.block_size,
         steps=sum(r.steps for r in runs), engine_knobs=knobs,
-        assumptions=_assumptions(eng, pool, replicas, model, ranks // pp), pp=pp)
+        assumptions=_assumptions(eng, pool, replicas, model, ranks), pp=pp)
 
 
 def _assumptions(eng: EngineConfig, pool: KVPool, replicas: int,
