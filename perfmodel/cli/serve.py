@@ -103,6 +103,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     g.add_argument("--step-overhead-ms", type=float, metavar="MS", help="host time per step")
     g.add_argument("--request-overhead-ms", type=float, metavar="MS",
                    help="frontend time per request (HTTP, tokenisation)")
+    g.add_argument("--graph-batch-sizes", metavar="N,N,...",
+                   help="captured CUDA-graph batch sizes decode-only steps are padded up to "
+                   "(TRT-LLM cuda_graph_config batch_sizes with enable_padding: true; "
+                   "default: no padding)")
     add_dtype_flags(p)
     p.add_argument("--ttft-slo-ms", type=positive_float, help="TTFT SLO for goodput, ms")
     p.add_argument("--tpot-slo-ms", type=positive_float, help="TPOT SLO for goodput, ms")
@@ -169,6 +173,7 @@ def engine_overrides(args: argparse.Namespace) -> dict[str, Any]:
         else args.step_overhead_ms / 1e3,
         "request_overhead_s": None if args.request_overhead_ms is None
         else args.request_overhead_ms / 1e3,
+        "graph_batch_sizes": args.graph_batch_sizes,
     }
     if args.attention_impl != "flash":
         out["attention_impl"] = args.attention_impl

@@ -73,14 +73,33 @@ class EngineConfig:
     batch_wait_tokens_ratio: float = 0.0
     """TRT-LLM ``batch_wait_max_tokens_ratio``: hold new prefills until their tokens reach
     this fraction of the budget (or the wait times out)."""
+    graph_batch_sizes: tuple[int, ...] = ()
+    """Batch sizes of the captured CUDA graphs a decode-only step is padded up to
+    (TensorRT-LLM ``cuda_graph_config`` with ``enable_padding: true`` and these
+    ``batch_sizes``): a decode-only step of d sequences, d ≤ the largest size, runs the
+    graph of the smallest size p ≥ d, so its non-attention work (GEMMs, MoE, norms, LM head
+    and sampling) is that of p tokens; the p − d padding entries are dummy requests of one
+    token, whose attention is left out. A step with a prefill chunk runs without a graph
+    and is not padded, nor is a decode step above the largest size. Empty (the default of
+    every engine here; TensorRT-LLM's ``enable_padding`` defaults to false): no padding."""
     sources: tuple[str, ...] = ()
 
     def with_(self, **changes: Any) -> EngineConfig:
         """A copy with ``changes`` (None values ignored), checked."""
         clean = {k: v for k, v in changes.items() if v is not None}
+        if "graph_batch_sizes" in clean:
+            clean["graph_batch_sizes"] = _graph_sizes(clean["graph_batch_sizes"])
         cfg = dataclasses.replace(self, **clean)
         cfg.check()
         return cfg
+
+    def padded(self, batch: int) -> int:
+        """The batch a decode-only step of ``batch`` sequences runs as: the smallest
+        captured size ≥ ``batch`` (:attr:`graph_batch_sizes`), else ``batch`` itself."""
+        for size in self.graph_batch_sizes:
+            if size >= batch:
+                return size
+        return batch
 
     def check(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
@@ -98,6 +117,33 @@ class EngineConfig:
                 raise PerfmodelError(name, f"must be ≥ 0, got {v!r}", "e.g. 0")
         if self.batch_wait_iters < 0:
             raise PerfmodelError("batch_wait_iters", "must be ≥ 0", "e.g. 0")
+        if self.graph_batch_sizes != _graph_sizes(self.graph_batch_sizes):
+            raise PerfmodelError("graph_batch_sizes", "must be increasing whole numbers ≥ 1",
+                                 "e.g. (1, 2, 4, 8, 16, 32, 64, 128)")
+
+
+def _graph_sizes(value: Any) -> tuple[int, ...]:
+    """``value`` (an iterable of whole numbers ≥ 1, or a comma-separated string) as the
+    sorted tuple of its distinct sizes; a clear error otherwise."""
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        raw = list(items)
+    except TypeError:
+        raise PerfmodelError("graph_batch_sizes", f"must be a list of batch sizes, got "
+                             f"{value!r}", "e.g. 1,2,4,8,16,32,64,128") from None
+    sizes = set()
+    for item in raw:
+        text = item.strip() if isinstance(item, str) else item
+        try:
+            size = int(text)
+        except (TypeError, ValueError):
+            size = 0
+        if isinstance(text, bool) or size < 1 or (not isinstance(text, str)
+                                                  and size != text):
+            raise PerfmodelError("graph_batch_sizes", f"{item!r} is not a whole number ≥ 1",
+                                 "e.g. 1,2,4,8,16,32,64,128")
+        sizes.add(size)
+    return tuple(sorted(sizes))
 
 
 # Host overheads come from one table, in perfmodel.engines (fitted: benchmarks/serving by

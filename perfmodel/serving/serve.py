@@ -135,7 +135,8 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
     knobs = {k: getattr(eng, k) for k in (
         "policy", "kv_policy", "max_num_batched_tokens", "max_num_seqs", "chunked_prefill",
         "block_size", "memory_fraction", "step_overhead_s", "step_overhead_per_seq_s",
-        "request_overhead_s", "fuse_allreduce", "attention_impl", "kernels")}
+        "request_overhead_s", "fuse_allreduce", "attention_impl", "kernels",
+        "graph_batch_sizes")}
     knobs["parallel"] = parallel
     knobs["pp"] = pp
     return ServeResult(
@@ -170,6 +171,10 @@ def _assumptions(eng: EngineConfig, pool: KVPool, replicas: int,
         "TTFT and end-to-end from the client's send; TPOT = (e2e − TTFT)/(output − 1); "
         "throughput = output tokens / (last completion − first send)",
     ]
+    if eng.graph_batch_sizes:
+        out.append("decode-only steps padded up to the next captured CUDA-graph batch "
+                   f"({', '.join(map(str, eng.graph_batch_sizes))}): the padding entries' "
+                   "GEMM, MoE, norm and LM-head work is paid, their attention is not")
     if replicas > 1:
         out.append(f"{replicas} replicas behind a round-robin router")
     if ranks > 1:

@@ -9,17 +9,19 @@ Each loop iteration is one engine step (or a run of identical decode steps, belo
    decode tokens of the running sequences, chunks of partial prefills, new admissions —
    within the token budget, the sequence cap and the KV pool;
 3. the step takes host overhead (per step and per sequence) + the GPU time of
-   :class:`~perfmodel.serving.steptime.StepModel`; at its end every decoding sequence has
-   one more token, finished requests leave (in a closed loop the client sends the next),
-   and a request whose prefill completes samples its first token (its TTFT) and starts
-   decoding.
+   :class:`~perfmodel.serving.steptime.StepModel` (a decode-only step's non-attention
+   work at its CUDA graph's padded batch where the engine pads,
+   :attr:`~perfmodel.serving.engines.EngineConfig.graph_batch_sizes`); at its end every
+   decoding sequence has one more token, finished requests leave (in a closed loop the
+   client sends the next), and a request whose prefill completes samples its first token
+   (its TTFT) and starts decoding.
 
 Decode runs in bulk: when no prefill is pending and no waiting request can be admitted,
 every step until the next event (a request finishing, a request arriving, the KV pool
 filling) decodes the same d sequences, each context growing by one per step, so the run's
-time is k·(host + dense(d) + lm(d)) + ∫ A_dec(d, x) dx over the mean context
-(:meth:`StepModel.decode_attn_sum_s`): one closed-form evaluation per event instead of one
-Python iteration per step.
+time is k·(host + dense(p) + lm(p)) + ∫ A_dec(d, x) dx over the mean context
+(:meth:`StepModel.decode_attn_sum_s`; p is d padded to its CUDA graph's batch, d without
+padding): one closed-form evaluation per event instead of one Python iteration per step.
 
 KV accounting: ``reserve`` holds ⌈(prompt + output)/block⌉ blocks per running request;
 ``lazy`` holds ⌈computed tokens/block⌉ per prefilling request and, for decoding ones, the
@@ -328,6 +330,8 @@ class _Sim:
         kv = self._kv_used(self.g)
         dt = e.step_overhead_s + e.step_overhead_per_seq_s * (d + len(chunks)) \
             + m.step_s(d, self.k + d * self.g, [(n, p) for n, p, _ in chunks], sampled)
+        if not chunks:
+            dt += self._padding_s(d)
         self.t += dt
         self.steps += 1
         if d:
@@ -342,6 +346,16 @@ class _Sim:
             if r.done >= r.target:
                 self._prefill_done(r)
         self._record(kv)
+
+    def _padding_s(self, d: int) -> float:
+        """What padding a decode-only step of ``d`` sequences to its CUDA graph's batch adds
+        (:attr:`EngineConfig.graph_batch_sizes`): the non-attention work of the padding
+        entries, s (0 without padding)."""
+        p = self.e.padded(d)
+        if p == d:
+            return 0.0
+        m = self.m
+        return m.dense_s(p) - m.dense_s(d) + m.lm_s(p) - m.lm_s(d)
 
     def _run_time(self, k: int, const: float, x0: float) -> float:
         return k * const + self.m.decode_attn_sum_s(self.d, x0 - 0.5, x0 + k - 0.5)
@@ -360,7 +374,8 @@ class _Sim:
         if k < 2:
             return False
         e, m = self.e, self.m
-        const = e.step_overhead_s + e.step_overhead_per_seq_s * d + m.dense_s(d) + m.lm_s(d)
+        const = e.step_overhead_s + e.step_overhead_per_seq_s * d + m.dense_s(d) + m.lm_s(d) \
+            + self._padding_s(d)
         x0 = (self.k + d * self.g) / d
         dt = self._run_time(k, const, x0)
         if not self.waiting and self.future:
@@ -442,7 +457,7 @@ class _Sim:
         e, m = self.e, self.m
         kv = self._kv_used(self.g)
         dt = e.step_overhead_s + e.step_overhead_per_seq_s * d \
-            + m.step_s(d, self.k + d * self.g, [], d)
+            + m.step_s(d, self.k + d * self.g, [], d) + self._padding_s(d)
         self.t += dt
         self.steps += 1
         self.itl_v.append(dt)
