@@ -13,7 +13,8 @@ How each row is run (the benchmark's own settings where its source states them):
   by the weights at ISL + OSL tokens, capped at 4096; tokens = that × (1 + ISL/OSL), capped
   at 32768; both rounded up; the engine's size from the checkpoint's own dtypes where the
   row names none, as gpt-oss's bf16 attention beside MXFP4 experts), KV pool 0.95 of free
-  memory; in-process, no frontend. The
+  memory; decode-only steps padded to the CUDA graphs the perf overview's llm_options
+  capture (:data:`PERF_OVERVIEW_GRAPHS`); in-process, no frontend. The
   token budget is taken as at least the PyTorch backend's default 8192 (a choice made after
   seeing that the heuristic's 2048 for 2048/2048 cannot hold a prompt beside the decodes and
   would serialise the run, which the published figures rule out; the sources do not state
@@ -76,6 +77,13 @@ from perfmodel.serving.steptime import StepModel
 #: measured; added at stop 42: RTX PRO 6000 Server, TensorRT-LLM's perf overview
 #: @03e27c7d; MI300X, Oracle's vLLM latency runs of Llama 3.1 405B FP8).
 UNFITTED_GPUS = ("rtx-pro-6000-server", "mi300x")
+
+#: CUDA-graph batch sizes of the TensorRT-LLM perf overview's runs, with ``enable_padding:
+#: true``: the llm_options.yml of every model the overview lists, dense and MoE, in both
+#: versions read (docs/source/performance/perf-overview.md @00f37686, v1.0;
+#: docs/source/developer-guide/perf-overview.md @03e27c7d, main): a decode-only step runs
+#: the graph of the next size up (``EngineConfig.graph_batch_sizes``).
+PERF_OVERVIEW_GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "benchmarks" / "serving" / "published.csv"
@@ -180,6 +188,8 @@ def load_cases(path: Path, kernels: str | None = None,
                 tok = max(tok, 8192)
                 overrides = {"max_num_seqs": bs, "max_num_batched_tokens": tok,
                              "memory_fraction": 0.95}
+                if row["source"].startswith("trtllm-perf-overview"):
+                    overrides["graph_batch_sizes"] = PERF_OVERVIEW_GRAPHS
                 if isl >= tok:  # the prompt cannot run beside a single decode unchunked
                     overrides["chunked_prefill"] = True
         elif mode == "closed":
