@@ -9,6 +9,8 @@ microseconds instead of printing 25-digit numbers, NaN, or allocating gigabytes.
 from __future__ import annotations
 
 import math
+import numbers
+from typing import Any
 
 from perfmodel._errors import PerfmodelError
 
@@ -28,6 +30,7 @@ __all__ = [
     "MAX_VOCAB",
     "MAX_YAML_NODES",
     "check_count",
+    "check_whole",
     "clip_message",
 ]
 
@@ -105,3 +108,11 @@ def check_count(value: float | str, name: str, maximum: float, *, minimum: float
                              + (f" ({what})" if what else ""),
                              "pass a realistic size")
     return v
+
+
+def check_whole(value: Any, name: str, fix: str) -> int:
+    """``value`` as an int if it is a whole number ≥ 1 given as an integer (a bool, a float
+    or anything else is refused); otherwise :class:`PerfmodelError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise PerfmodelError(name, f"must be a whole number ≥ 1, got {value!r}", fix)
+    return int(value)

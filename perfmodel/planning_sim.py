@@ -32,7 +32,7 @@ import numpy.typing as npt
 from perfmodel._errors import PerfmodelError
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
-from perfmodel.models.graph import attention_ranks, check_instance
+from perfmodel.models.graph import check_instance
 from perfmodel.planning import PlanOption, Workload, refused_tp
 from perfmodel.serving import (
     ServeResult,
@@ -44,6 +44,7 @@ from perfmodel.serving import (
 )
 from perfmodel.serving.requests import Workload as Requests
 from perfmodel.serving.requests import lengths
+from perfmodel.serving.serve import simulated_runners
 
 __all__ = ["assumptions_simulated", "plan_gpu_simulated"]
 
@@ -208,7 +209,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         # the pool is one attention rank's under dep (one micro-batch's with pp stages), a
         # replica's otherwise; a run's timeline holds each rank's records (its mean running
         # count is one rank's)
-        ranks = attention_ranks(parallel, int(t)) * pp
+        ranks = simulated_runners(parallel, int(t), pp)
         max_mem = pool.tokens // (p_len + g_len) * ranks
         base.update(weights_bytes_per_gpu=pool.weights_bytes, max_batch_memory=int(max_mem))
         alone = run_prepared(c, s, eng, pool, model, closed_loop(1, 1, p_len, g_len),

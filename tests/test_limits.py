@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 import perfmodel as pm
-from perfmodel._limits import MAX_SWEEP_POINTS, check_count, clip_message
+from perfmodel._errors import PerfmodelError
+from perfmodel._limits import MAX_SWEEP_POINTS, check_count, check_whole, clip_message
 from perfmodel._units import format_capacity
 from perfmodel.calibrate import public
 from perfmodel.calibrate.data import Row, dataset_from_rows, thin_rows
@@ -195,3 +196,16 @@ def test_predictions_from_many_threads_match_one_thread() -> None:
         t.join()
     assert len(results) == 8
     assert all(r == expected for r in results.values())
+
+
+# ------------------------------------------------------------------------ whole counts
+@pytest.mark.parametrize("good", [1, 7, np.int64(3), np.int32(1)])
+def test_check_whole_takes_integers_of_any_integer_type(good: object) -> None:
+    assert check_whole(good, "pp", "e.g. --pp 2") == good
+    assert type(check_whole(good, "pp", "e.g. --pp 2")) is int
+
+
+@pytest.mark.parametrize("bad", [0, -2, True, 2.0, 1.5, "3", None, np.float64(2.0)])
+def test_check_whole_refuses_the_rest_naming_the_field(bad: object) -> None:
+    with pytest.raises(PerfmodelError, match=r"replicas.*whole number ≥ 1"):
+        check_whole(bad, "replicas", "e.g. --replicas 2")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import check_whole
 from perfmodel.dtypes import bytes_per_element
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
@@ -31,13 +32,12 @@ __all__ = ["check_stages", "stage_layers", "stage_send_s"]
 
 def check_stages(cfg: TransformerConfig, pp: Any) -> int:
     """``pp`` as a stage count: a whole number from 1 to the model's layer count."""
-    if isinstance(pp, bool) or not isinstance(pp, (int, np.integer)) or pp < 1:
-        raise PerfmodelError("pp", f"must be a whole number ≥ 1, got {pp!r}", "e.g. --pp 2")
-    if pp > cfg.num_layers:
-        raise PerfmodelError("pp", f"{pp} pipeline stages for the {cfg.num_layers} layers of "
+    stages = check_whole(pp, "pp", "e.g. --pp 2")
+    if stages > cfg.num_layers:
+        raise PerfmodelError("pp", f"{stages} pipeline stages for the {cfg.num_layers} layers of "
                              f"{cfg.name}: a stage holds at least one layer",
                              f"use --pp {cfg.num_layers} or fewer")
-    return int(pp)
+    return stages
 
 
 def stage_layers(cfg: TransformerConfig, pp: int) -> int:

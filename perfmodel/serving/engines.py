@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from perfmodel._errors import PerfmodelError
+from perfmodel._limits import check_whole
 from perfmodel.engines import REQUEST_OVERHEAD_S, STEP_OVERHEAD_PER_SEQ_S, STEP_OVERHEAD_S
 
 __all__ = ["ENGINES", "EngineConfig", "engine_config", "scheduler_and_kernels"]
@@ -103,10 +104,8 @@ class EngineConfig:
 
     def check(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise PerfmodelError(name, f"must be a whole number ≥ 1, got {v!r}",
-                                     "e.g. max_num_batched_tokens=8192, max_num_seqs=256")
+            check_whole(getattr(self, name), name,
+                        "e.g. max_num_batched_tokens=8192, max_num_seqs=256")
         if not 0.0 < self.memory_fraction <= 1.0:
             raise PerfmodelError("memory_fraction", f"must be in (0, 1], got "
                                  f"{self.memory_fraction!r}", "e.g. 0.9")

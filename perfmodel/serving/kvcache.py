@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from perfmodel._errors import PerfmodelError
+from perfmodel._limits import check_whole
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig
 from perfmodel.models.graph import Dtypes
@@ -94,9 +94,7 @@ def kv_pool(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
     else:
         pool = f * cap - w - act - DEFAULT_RESERVE_BYTES
     if blocks is not None:
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-            raise PerfmodelError("kv_blocks", f"must be a whole number ≥ 1, got {blocks!r}",
-                                 "e.g. kv_blocks=4096")
+        blocks = check_whole(blocks, "kv_blocks", "e.g. kv_blocks=4096")
         return KVPool(blocks, engine.block_size, per_token, blocks * engine.block_size
                       * per_token, w, act, cap, given=True)
     n = max(math.floor(pool / (engine.block_size * per_token)), 0) if pool > 0 else 0

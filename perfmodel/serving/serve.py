@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel._errors import PerfmodelError
+from perfmodel._limits import check_whole
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.config import TransformerConfig, load_model
@@ -26,15 +26,9 @@ from perfmodel.serving.requests import Workload
 from perfmodel.serving.simulator import ReplicaRun, check_fits, simulate_replica
 from perfmodel.serving.steptime import StepModel, build_step_model
 
-__all__ = ["prepare", "run_prepared", "simulate"]
+__all__ = ["prepare", "run_prepared", "simulate", "simulated_runners"]
 
 Progress = Callable[[int, int], None]
-
-
-def _whole(v: Any, name: str, fix: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise PerfmodelError(name, f"must be a whole number ≥ 1, got {v!r}", fix)
-    return int(v)
 
 
 def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: Workload, *,
@@ -50,7 +44,7 @@ def prepare(config: TransformerConfig | str, hw: HardwareSpec | str, workload: W
     ``pp`` pipeline stages, one micro-batch's."""
     cfg = load_model(config)
     spec = load_hardware(hw)
-    tp = _whole(tp, "tp", "e.g. --tp 4")
+    tp = check_whole(tp, "tp", "e.g. --tp 4")
     pp = check_stages(cfg, pp)
     check_instance(cfg, parallel, np.asarray(float(tp)))
     dt = resolve_dtypes(cfg, spec, weight_dtype, activation_dtype, kv_dtype, expert_dtype)
@@ -93,13 +87,20 @@ def simulate(config: TransformerConfig | str, hw: HardwareSpec | str, workload: 
     (:mod:`perfmodel.serving.steptime`); the sequence cap and token budget are per
     micro-batch, as trtllm-bench sets them (its max batch size over pp).
     """
-    reps = _whole(replicas, "replicas", "e.g. --replicas 2")
+    reps = check_whole(replicas, "replicas", "e.g. --replicas 2")
     cfg, spec, eng, pool, model = prepare(
         config, hw, workload, tp=tp, engine=engine, weight_dtype=weight_dtype,
         activation_dtype=activation_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype,
         kv_blocks=kv_blocks, parallel=parallel, pp=pp, **engine_overrides)
     return run_prepared(cfg, spec, eng, pool, model, workload, tp=int(tp), replicas=reps,
                         progress=progress, parallel=parallel, pp=int(pp))
+
+
+def simulated_runners(parallel: str, tp: int, pp: int = 1) -> int:
+    """How many schedulers one replica of this layout runs, each simulated on its own share
+    of the requests with its own KV pool: its attention ranks (``tp`` under ``dep``, else
+    1) times its pipeline micro-batches (``pp``)."""
+    return attention_ranks(parallel, tp) * pp
 
 
 def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, pool: KVPool,
@@ -111,7 +112,7 @@ def run_prepared(cfg: TransformerConfig, spec: HardwareSpec, eng: EngineConfig, 
     attention ranks, and with ``pp`` stages each of its pp micro-batches, is simulated as
     a replica of its own)."""
     ranks = attention_ranks(parallel, tp)
-    runners = replicas * ranks * pp  # each simulated on its own share of the requests
+    runners = replicas * simulated_runners(parallel, tp, pp)
     parts = workload.split(runners)
     total = workload.requests
     done_before = [0]
