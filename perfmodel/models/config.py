@@ -94,6 +94,10 @@ class TransformerConfig(BaseModel):
     """Keys a sliding-window layer attends to (and keeps in its KV cache)."""
     num_sliding_layers: Annotated[int, _NB, Field(ge=0, le=MAX_LAYERS)] = 0
     """Layers using ``sliding_window``; the others attend to the whole context."""
+    chunked_attention: bool = False
+    """The ``num_sliding_layers`` local layers attend within fixed chunks of
+    ``sliding_window`` positions (Llama 4's chunked local attention: a token at position q
+    attends to positions ⌊q/C⌋·C … q) instead of to the last ``sliding_window`` positions."""
     num_experts: NonNeg = 0
     """Routed experts per MoE layer (0: dense model)."""
     experts_per_token: NonNeg = 0
@@ -178,6 +182,9 @@ class TransformerConfig(BaseModel):
                             f"num_layers ({self.num_layers})")
         if self.num_sliding_layers and self.sliding_window is None:
             problems.append("num_sliding_layers > 0 needs sliding_window")
+        if self.chunked_attention and not self.num_sliding_layers:
+            problems.append("chunked_attention needs num_sliding_layers > 0 (the chunked "
+                            "layers) and sliding_window (the chunk)")
         problems += self._mla_problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -575,9 +582,8 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                      "layers between the MoE ones needs their width",
                                      "copy intermediate_size_mlp from the model's config.json")
         # chunked local attention (a token attends within its attention_chunk_size chunk)
-        # on the RoPE layers, taken as a sliding window of the chunk (an upper bound of
-        # the keys; the KV cache of those layers holds at most a chunk); every 4th layer
-        # (NoPE) is global, as transformers' Llama 4 builds them
+        # on the RoPE layers (chunked_attention; the KV cache of those layers holds at most
+        # a chunk); every 4th layer (NoPE) is global, as transformers' Llama 4 builds them
         chunk = d.get("attention_chunk_size")
         if chunk:
             window = chunk
@@ -597,7 +603,8 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
                                  "layers the cost model describes (linear-attention and "
                                  "recurrent layers are not modelled)", "use a model whose "
                                  "layers are all full or sliding-window attention")
-        # a chunked layer (Llama 4's "chunked_attention") is taken as a window of the chunk
+        # a chunked layer (Llama 4's "chunked_attention") is a local layer whose window is
+        # its chunk (chunked_attention below)
         sliding = sum(1 for t in layer_types if "sliding" in str(t) or "chunked" in str(t))
     elif window and (mtype == "gemma2" or d.get("sliding_window_pattern") is not None):
         # local and global layers interleave where the config names no layer types:
@@ -688,6 +695,10 @@ def from_hf_dict(d: dict[str, Any], name: str = "config.json") -> TransformerCon
         "attention_sinks": mtype == "gpt_oss",
         "sliding_window": window if sliding else None,
         "num_sliding_layers": sliding,
+        "chunked_attention": bool(sliding) and (
+            bool(llama4 and d.get("attention_chunk_size"))
+            or (isinstance(layer_types, list)
+                and any("chunked" in str(t) for t in layer_types))),
         "num_experts": experts,
         "experts_per_token": _whole(d.get("num_experts_per_tok", d.get("experts_per_token",
                                                                           0)) or 0,

@@ -468,7 +468,10 @@ def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_pr
     if cfg.num_full_layers:
         attn.append(_attn("attention", float(cfg.num_full_layers), seq_q=p, seq_kv=c + p,
                           causal=True, **common))
-    if cfg.num_sliding_layers:
+    if cfg.num_sliding_layers and cfg.chunked_attention:
+        attn += _chunked_prefill(float(cfg.sliding_window or 1), float(cfg.num_sliding_layers),
+                                 b, c, p, common)
+    elif cfg.num_sliding_layers:
         w = float(cfg.sliding_window or 1)
         n = float(cfg.num_sliding_layers)
         tri = np.clip(w - c, 0.0, p)  # queries at positions < W: a causal triangle
@@ -480,6 +483,32 @@ def prefill_graph(cfg: TransformerConfig, batch: Any, prompt_len: Any, cached_pr
                           seq_q=np.maximum(band, 1.0), seq_kv=w + 0.0 * band, causal=False,
                           **common))
     return _wrap(cfg, b * p, b, t, dt, attn, fuse_allreduce, experts)
+
+
+def _chunked_prefill(chunk: float, layers: float, b: Any, cached: Any, p: Any,
+                     common: dict[str, Any]) -> list[GraphOp]:
+    """Attention of ``layers`` chunked layers (chunk C) for ``p`` new tokens per sequence
+    after ``cached`` ones: the queries that finish the chunk the prompt starts in (n₁ =
+    min(C − c mod C, p), causal over the c mod C keys before them and themselves), the
+    k = ⌊(p − n₁)/C⌋ whole chunks after them (causal C × C each, as k·b sequences) and the
+    r = p − n₁ − k·C queries of the last, causal among themselves. A part with no queries
+    counts 0 layers."""
+    off = np.mod(cached, chunk)
+    first = np.minimum(chunk - off, p)
+    rest = p - first
+    whole = np.floor(rest / chunk)
+    last = rest - whole * chunk
+    out = [_attn("attention_chunked", np.where(first > 0, layers, 0.0),
+                 seq_q=np.maximum(first, 1.0), seq_kv=off + np.maximum(first, 1.0),
+                 causal=True, **common)]
+    many = {**common, "batch": b * np.maximum(whole, 1.0)}
+    out.append(_attn("attention_chunked", np.where(whole > 0, layers, 0.0),
+                     seq_q=chunk + 0.0 * whole, seq_kv=chunk + 0.0 * whole, causal=True,
+                     **many))
+    out.append(_attn("attention_chunked", np.where(last > 0, layers, 0.0),
+                     seq_q=np.maximum(last, 1.0), seq_kv=np.maximum(last, 1.0), causal=True,
+                     **common))
+    return out
 
 
 def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any = 1,
@@ -503,6 +532,9 @@ def decode_graph(cfg: TransformerConfig, batch: Any, context_len: Any, tp: Any =
         attn.append(_attn("attention", float(cfg.num_full_layers), seq_kv=ctx, **common))
     if cfg.num_sliding_layers:
         w = float(cfg.sliding_window or 1)
-        attn.append(_attn("attention_sliding", float(cfg.num_sliding_layers),
-                          seq_kv=np.minimum(ctx, w), **common))
+        # a chunked layer's new token at position ctx − 1 sees its chunk so far
+        keys = np.mod(ctx - 1.0, w) + 1.0 if cfg.chunked_attention else np.minimum(ctx, w)
+        attn.append(_attn("attention_chunked" if cfg.chunked_attention
+                          else "attention_sliding", float(cfg.num_sliding_layers),
+                          seq_kv=keys, **common))
     return _wrap(cfg, b, b, t, dt, attn, fuse_allreduce, experts)

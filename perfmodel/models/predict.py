@@ -254,7 +254,11 @@ def _assumptions(cfg: TransformerConfig, phase: str, dt: Dtypes, notes: list[str
                    "experts touched = E·(1-(1-k/E)^tokens)"
                    + (f"; {cfg.num_dense_layers} of {cfg.num_layers} layers have a dense MLP"
                       if cfg.num_dense_layers else ""))
-    if cfg.num_sliding_layers:
+    if cfg.num_sliding_layers and cfg.chunked_attention:
+        out.append(f"{cfg.num_sliding_layers} of {cfg.num_layers} layers attend within "
+                   f"{cfg.sliding_window}-token chunks (chunked local attention: a token "
+                   "sees its chunk so far; KV cache capped at one chunk)")
+    elif cfg.num_sliding_layers:
         out.append(f"{cfg.num_sliding_layers} of {cfg.num_layers} layers use a "
                    f"{cfg.sliding_window}-token sliding window (KV cache capped there too)")
     out += notes

@@ -218,6 +218,14 @@ def build_step_model(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: 
     c_grid = grid(max_context, 16, 40)
     pt_grid = grid(max_tokens, 16, 40)
     pp_grid = np.concatenate([[0.0], grid(max(max_prompt, 1), 16, 32)])
+    if cfg.chunked_attention and cfg.sliding_window:
+        # a chunked layer's keys drop back to 1 after each chunk: both sides of every
+        # boundary on the grids, so interpolation between them is exact for decode
+        edges = np.arange(1.0, max(max_context, max_prompt) // cfg.sliding_window + 1.0) \
+            * cfg.sliding_window
+        both = np.concatenate([edges, edges + 1.0])
+        c_grid = np.unique(np.concatenate([c_grid, both[both <= max_context]]))
+        pp_grid = np.unique(np.concatenate([pp_grid, both[both <= max(max_prompt, 1)]]))
 
     def attn_only(graph: list[GraphOp]) -> list[GraphOp]:
         return [g for g in graph if _per_sequence(g)]
