@@ -492,7 +492,10 @@ def _chunked_prefill(chunk: float, layers: float, b: Any, cached: Any, p: Any,
     min(C − c mod C, p), causal over the c mod C keys before them and themselves), the
     k = ⌊(p − n₁)/C⌋ whole chunks after them (causal C × C each, as k·b sequences) and the
     r = p − n₁ − k·C queries of the last, causal among themselves. A part with no queries
-    counts 0 layers."""
+    counts 0 layers. Each part is timed as its own call, fixed cost included (as the two
+    parts of a sliding-window prefill are), where engines run one kernel over the chunks
+    (vLLM's virtual batches of a chunk each): up to two kernel fixed costs per layer too
+    many, small beside a prefill that spans chunks."""
     off = np.mod(cached, chunk)
     first = np.minimum(chunk - off, p)
     rest = p - first
