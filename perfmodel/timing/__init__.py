@@ -373,7 +373,8 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
         memory_s=t["memory_s"], overhead_s=t["overhead_s"],
         latency_s=t["latency_s"], flops=t["useful_flops"], bytes_=t["bytes"],
         bytes_min=t["bytes_min"], peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
-        details={"impl": t["impl"], "q_tile": t["q_tile"], "splits": t["splits"],
+        details={"impl": t["impl"], "q_tile": t["q_tile"], "kv_tile": t["kv_tile"],
+                 "splits": t["splits"],
                  "ctas": t["ctas"], "kernels": t["launches"]},
     )
     stages: list[tuple[str, Prediction]] = []

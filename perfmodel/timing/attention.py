@@ -186,7 +186,7 @@ def _tile_rule(fam: AttentionFamily, arch: str, d: float, s: float,
     """(query rows, keys) per tile for head dim ``d``: the family's rule for the
     architecture (an architecture-agnostic rule halves its rows where shared memory cannot
     hold Q and two K/V tiles), else 128×128 halved likewise."""
-    rule = fam.tile(arch, d)
+    rule = fam.tile(arch, d, s)
     if rule is None:
         kv = 128.0
         return (128.0 if (128.0 * d + 2.0 * kv * (d + d)) * s <= smem else 64.0), kv
@@ -410,6 +410,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     flops = 2.0 * batch * heads * pairs(seq_q, seq_kv, op.causal, ops) * (d + dv)
     return {"latency_s": latency, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "launches": launches, "q_tile": q_eff,
+            "kv_tile": kv_t,
             "splits": splits, "ctas": tiles, "impl": impl, "useful_flops": flops,
             "bytes_min": bytes_min}
 

@@ -193,6 +193,10 @@ class AttentionFamily:
         Tile choices, first match wins: (architectures, head dim ≤, query rows, keys). The
         default when none matches is 128×128, halved in rows when shared memory cannot hold
         Q and two K/V tiles.
+    fp8_tiles:
+        The kernel's own tile choices when it computes in fp8 (one-byte elements: more
+        keys fit a tile's shared memory), tried before :attr:`tiles`; empty: the same as
+        the 16-bit kernel's.
     pack_gqa:
         When the G query heads sharing a KV head are packed into one tile's rows:
         ``decode`` (one query token), ``always`` (prefill too: the rows of a tile are
@@ -280,16 +284,20 @@ class AttentionFamily:
     resident: float = 0.0
     pools_into_class: bool = True
     split_block: tuple[tuple[float, float], ...] = ()
+    fp8_tiles: tuple[TileRule, ...] = ()
 
     @property
     def arch_tiles(self) -> bool:
         """Whether the tile rules name architectures (sized for each one already)."""
-        return any(archs for archs, _, _, _ in self.tiles)
+        return any(archs for archs, _, _, _ in self.tiles + self.fp8_tiles)
 
-    def tile(self, arch: str, head_dim: float) -> tuple[float, float] | None:
-        """(query rows, keys) of the tile for ``arch`` and ``head_dim``; None: the
-        default rule."""
-        for archs, max_d, q, kv in self.tiles:
+    def tile(self, arch: str, head_dim: float,
+             element_size: float = 2.0) -> tuple[float, float] | None:
+        """(query rows, keys) of the tile for ``arch`` and ``head_dim`` (and the kernel's
+        element size in bytes: one selects :attr:`fp8_tiles` first); None: the default
+        rule."""
+        rules = self.fp8_tiles + self.tiles if element_size < 2.0 else self.tiles
+        for archs, max_d, q, kv in rules:
             if (not archs or arch in archs) and head_dim <= max_d:
                 return q, kv
         return None
@@ -309,6 +317,9 @@ _FA2 = "FlashAttention-2 paper (Dao 2023) and flash-attn source: 128×128 tiles 
 _FA3 = "FlashAttention-3 paper (Shah et al. 2024) and source (tile_size_fwd_sm90): " \
        "warp-specialised TMA producer/consumer warpgroups, ping-pong scheduling, persistent " \
        "tile scheduler, 192×128 tiles for d ≤ 64, 128×128 to d 128, 128×80 to d 256; " \
+       "in fp8 (tile_size_fwd_sm90's element_size 1, over a paged KV cache without TMA, " \
+       "as the engines call it) 192×160 for d ≤ 64, 192×128 to d 96, 128×160 to d 192, " \
+       "128×128 to d 256; " \
        "pack_gqa when it fills the query tiles better (heuristics.h should_pack_gqa: unpacked " \
        "fill < 0.9 × packed fill). No Blackwell build (its warpgroup MMA is SM90-only; " \
        "FA3 runs on Ampere, Ada and Hopper: Dao-AILab/flash-attention issue 1049; for " \
@@ -343,7 +354,9 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
     AttentionFamily("flash3", True, ((_ANY, 64, 192, 128), (_ANY, 128, 128, 128),
                                      (_ANY, 256, 128, 80)), "efficiency", "auto", _FA3,
                     built_as=(("ampere", "flash3-sm8x"), ("ada", "flash3-sm8x"),
-                              ("blackwell", "flash4"))),
+                              ("blackwell", "flash4")),
+                    fp8_tiles=((_ANY, 64, 192, 160), (_ANY, 96, 192, 128),
+                               (_ANY, 192, 128, 160), (_ANY, 256, 128, 128))),
     AttentionFamily("flash3-sm8x", False, ((_ANY, 64, 128, 128), (_ANY, 1e9, 128, 64)),
                     "always", "auto",
                     "FlashAttention-3's source built for SM80/SM86/SM89 (its hopper/ folder "
