@@ -27,6 +27,17 @@ SIZES = (1, 2, 4, 8)
 def test_a_batch_runs_as_the_next_captured_size() -> None:
     eng = engine_config("trtllm", 80e9).with_(graph_batch_sizes=SIZES)
     assert [eng.padded(d) for d in (1, 2, 3, 5, 8, 9, 100)] == [1, 2, 4, 8, 8, 9, 100]
+    # no graph above the engine's largest decode batch, min(max_num_seqs, token budget):
+    # a size beyond it is captured at that batch instead (TensorRT-LLM drops the larger
+    # sizes and, padding, adds the cap)
+    capped = engine_config("trtllm", 80e9).with_(
+        graph_batch_sizes=(1, 2, 4, 512, 1024, 2048), max_num_seqs=1792,
+        max_num_batched_tokens=8192)
+    assert [capped.padded(d) for d in (3, 500, 1000, 1466, 1792)] == \
+        [4, 512, 1024, 1792, 1792]
+    budget = engine_config("trtllm", 80e9).with_(
+        graph_batch_sizes=(1, 2, 4, 2048), max_num_seqs=4096, max_num_batched_tokens=1500)
+    assert budget.padded(1000) == 1500
     # no sizes: every batch runs as itself (the default of every engine)
     plain = engine_config("trtllm", 80e9)
     assert plain.graph_batch_sizes == ()

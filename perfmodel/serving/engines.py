@@ -77,12 +77,16 @@ class EngineConfig:
     graph_batch_sizes: tuple[int, ...] = ()
     """Batch sizes of the captured CUDA graphs a decode-only step is padded up to
     (TensorRT-LLM ``cuda_graph_config`` with ``enable_padding: true`` and these
-    ``batch_sizes``): a decode-only step of d sequences, d ≤ the largest size, runs the
-    graph of the smallest size p ≥ d, so its non-attention work (GEMMs, MoE, norms, LM head
-    and sampling) is that of p tokens; the p − d padding entries are dummy requests of one
-    token, whose attention is left out. A step with a prefill chunk runs without a graph
-    and is not padded, nor is a decode step above the largest size. Empty (the default of
-    every engine here; TensorRT-LLM's ``enable_padding`` defaults to false): no padding."""
+    ``batch_sizes``): a decode-only step of d sequences runs the graph of the smallest
+    size p ≥ d, so its non-attention work (GEMMs, MoE, norms, LM head and sampling) is that
+    of p tokens; the p − d padding entries are dummy requests of one token, whose attention
+    is left out. No graph is larger than the biggest decode batch the engine can run,
+    c = min(``max_num_seqs``, ``max_num_batched_tokens``): sizes above it are dropped and,
+    with padding, c itself captured instead (TensorRT-LLM's
+    ``_filter_cuda_graph_batch_sizes``), so p ≤ c. A step with a prefill chunk runs
+    without a graph and is not padded, nor is a decode step above every size. Empty (the
+    default of every engine here; TensorRT-LLM's ``enable_padding`` defaults to false): no
+    padding."""
     sources: tuple[str, ...] = ()
 
     def with_(self, **changes: Any) -> EngineConfig:
@@ -96,10 +100,12 @@ class EngineConfig:
 
     def padded(self, batch: int) -> int:
         """The batch a decode-only step of ``batch`` sequences runs as: the smallest
-        captured size ≥ ``batch`` (:attr:`graph_batch_sizes`), else ``batch`` itself."""
+        captured size ≥ ``batch`` (:attr:`graph_batch_sizes`, capped at the engine's largest
+        decode batch), else ``batch`` itself."""
+        cap = min(self.max_num_seqs, self.max_num_batched_tokens)
         for size in self.graph_batch_sizes:
             if size >= batch:
-                return size
+                return min(size, cap) if batch <= cap else batch
         return batch
 
     def check(self) -> None:
