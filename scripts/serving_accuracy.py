@@ -82,7 +82,8 @@ UNFITTED_GPUS = ("rtx-pro-6000-server", "mi300x")
 #: true``: the llm_options.yml of every model the overview lists, dense and MoE, in both
 #: versions read (docs/source/performance/perf-overview.md @00f37686, v1.0;
 #: docs/source/developer-guide/perf-overview.md @03e27c7d, main): a decode-only step runs
-#: the graph of the next size up (``EngineConfig.graph_batch_sizes``).
+#: the graph of the next size up, none above the engine's largest decode batch
+#: (``EngineConfig.graph_batch_sizes``).
 PERF_OVERVIEW_GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 ROOT = Path(__file__).resolve().parent.parent
