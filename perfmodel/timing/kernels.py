@@ -296,7 +296,7 @@ class AttentionFamily:
         """(query rows, keys) of the tile for ``arch`` and ``head_dim`` (and the kernel's
         element size in bytes: one selects :attr:`fp8_tiles` first); None: the default
         rule."""
-        rules = self.fp8_tiles + self.tiles if element_size < 2.0 else self.tiles
+        rules = self.fp8_tiles + self.tiles if element_size == 1.0 else self.tiles
         for archs, max_d, q, kv in rules:
             if (not archs or arch in archs) and head_dim <= max_d:
                 return q, kv
