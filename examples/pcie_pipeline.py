@@ -7,7 +7,8 @@ every layer's output twice per step; pipeline parallelism (PP2) puts half the la
 each card and sends one micro-batch's hidden states across once per stage, keeping two
 micro-batches in flight. Both double the memory for the KV cache. This runs the offline
 benchmark TensorRT-LLM publishes for these cards (every request queued at once, fp4
-weights, fp8 KV cache, 1,024 in / 1,024 out) on the serving simulator and prints output
+weights, fp8 KV cache, 1,024 in / 1,024 out, decode batches padded to the CUDA graphs its
+runs capture) on the serving simulator and prints output
 tokens per second per GPU, with the running batch and KV capacity behind it.
 """
 
@@ -19,6 +20,9 @@ from perfmodel.serving import closed_loop, simulate
 
 MODEL = "llama-3.1-70b"  # Llama 3.3 70B has the same shapes
 LAYOUTS = (("one card", 1, 1), ("TP2", 2, 1), ("PP2", 1, 2))
+#: The CUDA graphs TensorRT-LLM's published runs capture and pad decode batches to (its
+#: perf overview's llm_options: cuda_graph_config, enable_padding: true).
+GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
 def main() -> None:
@@ -32,7 +36,7 @@ def main() -> None:
           "all queued at once, TensorRT-LLM")
     for name, tp, pp in LAYOUTS:
         r = simulate(MODEL, args.gpu, wl, tp=tp, pp=pp, engine="trtllm", weight_dtype="fp4",
-                     kv_dtype="fp8")
+                     kv_dtype="fp8", graph_batch_sizes=GRAPHS)
         seqs = r.kv_blocks * r.kv_block_size // 2048
         print(f"  {name:8s} {r.gpus} GPU{'s' if r.gpus > 1 else ' '}  "
               f"{r.per_gpu_tok_s:7,.0f} output tok/s per GPU, TPOT {r.itl().mean * 1e3:5.1f} ms,"
