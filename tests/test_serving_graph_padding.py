@@ -1,7 +1,8 @@
 """CUDA-graph padding in the serving simulator (``EngineConfig.graph_batch_sizes``): a
-decode-only step of d sequences runs the captured graph of the next size up, p, and pays
-the non-attention work of p tokens; steps with a prefill chunk and steps above the largest
-size are not padded. The expected times are built here from the step tables' own parts
+decode-only step of d sequences runs the captured graph of the next size up, p (none above
+the engine's largest decode batch, TensorRT-LLM's cap), and pays the non-attention work of
+p tokens; steps with a prefill chunk and steps above every size are not padded. The
+expected times are built here from the step tables' own parts
 (dense and LM head at d and at p) and the run's step count, not from the simulator's
 accounting."""
 
