@@ -42,7 +42,7 @@ import numpy as np
 from perfmodel.dtypes import bytes_per_element, weight_bytes_per_element
 from perfmodel.models.config import TransformerConfig, mla_projection_params
 from perfmodel.models.graph import Dtypes, check_parallel, tp_heads
-from perfmodel.models.pipeline import stage_layers
+from perfmodel.models.pipeline import stage_layer_share
 from perfmodel.ops.attention import kv_bytes
 from perfmodel.ops.cost import Array
 from perfmodel.timing.prediction import Value, as_value
@@ -98,7 +98,7 @@ def weight_bytes(cfg: TransformerConfig, tp: Any = 1, dtypes: Dtypes | None = No
     if pp == 1:
         return np.asarray(stack + norm + matrix * (1.0 if cfg.tie_embeddings else 2.0),
                           dtype=np.float64)
-    return np.asarray(stack * (stage_layers(cfg, pp) / layers) + norm + matrix,
+    return np.asarray(stack * stage_layer_share(cfg, pp) + norm + matrix,
                       dtype=np.float64)
 
 
@@ -240,7 +240,7 @@ def estimate_memory(cfg: TransformerConfig, capacity_bytes: float, batch: Any, c
     reserve = reserve_fraction * capacity_bytes + reserve_bytes
     group = np.asarray(tp, dtype=np.float64)
     w = weight_bytes(cfg, group, dt, parallel, pp)
-    layer_share = stage_layers(cfg, pp) / cfg.num_layers  # of each sequence's KV cache
+    layer_share = stage_layer_share(cfg, pp)  # of each sequence's KV cache
     # under dep a GPU holds its own sequences with attention unsplit, beside the tokens
     # the other GPUs gather to it for the experts
     dep = parallel == "dep"

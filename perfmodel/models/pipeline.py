@@ -27,7 +27,8 @@ from perfmodel.models.config import TransformerConfig
 from perfmodel.ops.cost import Array
 from perfmodel.timing.comm import fabric
 
-__all__ = ["check_stages", "stage_layers", "stage_send_s"]
+__all__ = ["check_stages", "stage_layer_share", "stage_layers", "stage_send_bytes",
+           "stage_send_s"]
 
 
 def check_stages(cfg: TransformerConfig, pp: Any) -> int:
@@ -45,10 +46,21 @@ def stage_layers(cfg: TransformerConfig, pp: int) -> int:
     return math.ceil(cfg.num_layers / pp)
 
 
+def stage_layer_share(cfg: TransformerConfig, pp: int) -> float:
+    """The largest stage's share of the layers, ⌈L/pp⌉/L (of their weights, of a
+    sequence's KV cache)."""
+    return stage_layers(cfg, pp) / cfg.num_layers
+
+
+def stage_send_bytes(cfg: TransformerConfig, tokens: Any, activation_dtype: str) -> Array:
+    """Bytes of one stage-to-stage send of ``tokens`` tokens' hidden states, T·h·s_a."""
+    return np.asarray(tokens, dtype=np.float64) * cfg.hidden_size \
+        * bytes_per_element(activation_dtype)
+
+
 def stage_send_s(cfg: TransformerConfig, hw: HardwareSpec, tokens: Any,
                  activation_dtype: str) -> Array:
     """One stage-to-stage send of ``tokens`` tokens' hidden states, s (module docstring)."""
     link = fabric(hw, np.asarray([2.0]))
-    size = np.asarray(tokens, dtype=np.float64) * cfg.hidden_size \
-        * bytes_per_element(activation_dtype)
+    size = stage_send_bytes(cfg, tokens, activation_dtype)
     return np.asarray(link.latency_s[0] + size / link.bandwidth[0], dtype=np.float64)

@@ -40,7 +40,12 @@ from perfmodel.models.memory import (
     MemoryEstimate,
     estimate_memory,
 )
-from perfmodel.models.pipeline import check_stages, stage_layers, stage_send_s
+from perfmodel.models.pipeline import (
+    check_stages,
+    stage_layers,
+    stage_send_bytes,
+    stage_send_s,
+)
 from perfmodel.models.rows import (
     NUMERIC,
     OpRow,
@@ -516,9 +521,8 @@ def _predict_model(cfg: TransformerConfig, spec: HardwareSpec, *, phase: PhaseNa
         if pp == 1:
             return res
         per_gpu = (np.ceil(seqs / t) if parallel == "dep" else seqs) * tokens_each
-        size = per_gpu * cfg.hidden_size * bytes_per_element(dt.activation)
-        return with_stage_sends(res, pp - 1.0,
-                                stage_send_s(cfg, spec, per_gpu, dt.activation), size)
+        return with_stage_sends(res, pp - 1.0, stage_send_s(cfg, spec, per_gpu, dt.activation),
+                                stage_send_bytes(cfg, per_gpu, dt.activation))
 
     notes: list[str] = []
     if phase == "decode":

@@ -39,7 +39,7 @@ from perfmodel.models.memory import (
     kv_cache_bytes,
     weight_bytes,
 )
-from perfmodel.models.pipeline import stage_layers
+from perfmodel.models.pipeline import stage_layer_share
 from perfmodel.serving.engines import EngineConfig
 
 __all__ = ["KVPool", "kv_pool"]
@@ -85,7 +85,7 @@ def kv_pool(cfg: TransformerConfig, hw: HardwareSpec, tp: int, dtypes: Dtypes,
         tp = 1
     # a token's KV on this GPU's stage, times the micro-batches sharing the GPU (module doc)
     per_token = float(kv_cache_bytes(cfg, 1.0, 1.0, tp, dtypes.kv)) \
-        * (pp * stage_layers(cfg, pp) / cfg.num_layers)
+        * (pp * stage_layer_share(cfg, pp))
     act = float(activation_bytes(cfg, 1.0, budget, tp, dtypes)) + gathered
     cap = float(hw.memory.capacity)
     f = engine.memory_fraction
