@@ -155,6 +155,32 @@ def aggregate(timing: GraphTiming, phase: str, weights: Array | None = None) -> 
                        **{f: value(total[k]) for k, f in enumerate(NUMERIC)})
 
 
+def _with_row(res: PhaseResult, t: Any, *, name: str, kind: str, count: float, part: str,
+              bottleneck: str, moved: Any = None) -> PhaseResult:
+    """``res`` with one more row of ``t`` seconds (a number or an array broadcastable to
+    the pass's points) counted as its ``part`` (``overhead_s`` or ``memory_s``), moving
+    ``moved`` bytes if given; the pass's totals grow by them and the other rows' shares
+    are rescaled."""
+    total = np.asarray(res.latency_s) + t
+    zero = value(np.zeros_like(total))
+    full = value(t * np.ones_like(total))
+    if moved is not None:
+        moved = np.asarray(moved, dtype=np.float64) * np.ones_like(total)
+    rows = tuple(dataclasses.replace(r, share=value(np.asarray(r.latency_s) / total))
+                 for r in res.ops)
+    row = OpRow(name=name, kind=kind, phase=res.phase, count=count, latency_s=full,
+                share=value(t / total), compute_s=zero,
+                memory_s=full if part == "memory_s" else zero,
+                overhead_s=full if part == "overhead_s" else zero, flops=zero,
+                bytes=zero if moved is None else value(moved), arithmetic_intensity=zero,
+                bottleneck=bottleneck)
+    grown: dict[str, Any] = {"latency_s": value(total),
+                             part: value(np.asarray(getattr(res, part)) + t)}
+    if moved is not None:
+        grown["bytes"] = value(np.asarray(res.bytes) + moved)
+    return dataclasses.replace(res, **grown, ops=(*rows, row))
+
+
 def with_host(res: PhaseResult, host_s: Any, name: str = "engine step (host)") -> PhaseResult:
     """``res`` with a row for the engine's host time per pass (scheduler, input preparation,
     sampling: the GPU idle between one pass's kernels and the next), ``host_s`` seconds (a
@@ -163,18 +189,8 @@ def with_host(res: PhaseResult, host_s: Any, name: str = "engine step (host)") -
     host_s = np.asarray(host_s, dtype=np.float64)
     if not np.any(host_s > 0.0):
         return res
-    total = np.asarray(res.latency_s) + host_s
-    zero = value(np.zeros_like(total))
-    rows = tuple(dataclasses.replace(r, share=value(np.asarray(r.latency_s) / total))
-                 for r in res.ops)
-    host = OpRow(name=name, kind="host", phase=res.phase, count=1.0,
-                 latency_s=value(host_s * np.ones_like(total)),
-                 share=value(host_s / total), compute_s=zero, memory_s=zero,
-                 overhead_s=value(host_s * np.ones_like(total)), flops=zero, bytes=zero,
-                 arithmetic_intensity=zero, bottleneck="latency")
-    return dataclasses.replace(res, latency_s=value(total),
-                               overhead_s=value(np.asarray(res.overhead_s) + host_s),
-                               ops=(*rows, host))
+    return _with_row(res, host_s, name=name, kind="host", count=1.0, part="overhead_s",
+                     bottleneck="latency")
 
 
 def with_stage_sends(res: PhaseResult, sends: float, latency_s: Any, bytes_: Any,
@@ -186,18 +202,6 @@ def with_stage_sends(res: PhaseResult, sends: float, latency_s: Any, bytes_: Any
     other rows' shares rescaled. No row when ``sends`` is 0."""
     if sends <= 0:
         return res
-    t = sends * np.asarray(latency_s, dtype=np.float64)
-    total = np.asarray(res.latency_s) + t
-    zero = value(np.zeros_like(total))
-    moved = sends * np.asarray(bytes_, dtype=np.float64) * np.ones_like(total)
-    rows = tuple(dataclasses.replace(r, share=value(np.asarray(r.latency_s) / total))
-                 for r in res.ops)
-    send = OpRow(name=name, kind="transfer", phase=res.phase, count=float(sends),
-                 latency_s=value(t * np.ones_like(total)), share=value(t / total),
-                 compute_s=zero, memory_s=value(t * np.ones_like(total)), overhead_s=zero,
-                 flops=zero, bytes=value(moved), arithmetic_intensity=zero,
-                 bottleneck="memory")
-    return dataclasses.replace(res, latency_s=value(total),
-                               memory_s=value(np.asarray(res.memory_s) + t),
-                               bytes=value(np.asarray(res.bytes) + moved),
-                               ops=(*rows, send))
+    return _with_row(res, sends * np.asarray(latency_s, dtype=np.float64), name=name,
+                     kind="transfer", count=float(sends), part="memory_s",
+                     bottleneck="memory", moved=sends * np.asarray(bytes_, dtype=np.float64))
