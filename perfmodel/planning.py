@@ -182,11 +182,11 @@ def _batch_grid(limit: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     return np.unique(np.concatenate([small, big]))
 
 
-def refused_tp(spec: HardwareSpec, t: int, exc: PerfmodelError) -> PlanOption:
-    """An infeasible option for a TP degree the model cannot be split into (or on a GPU
-    the engine does not run on), with why."""
+def refused_tp(spec: HardwareSpec, t: int, exc: PerfmodelError, pp: int = 1) -> PlanOption:
+    """An infeasible option for a TP degree (of ``pp`` stages) the model cannot be split
+    into (or on a GPU the engine does not run on), with why."""
     nan = math.nan
-    return PlanOption(gpu=spec.id, tp=t, feasible=False, reason=exc.problem,
+    return PlanOption(gpu=spec.id, tp=t, pp=pp, feasible=False, reason=exc.problem,
                       batch=0, limited_by="", replicas=0, gpus=0, ttft_s=nan, tpot_s=nan,
                       step_s=nan, prefill_s=nan, requests_per_s_per_replica=0.0,
                       tokens_per_s_per_gpu=0.0, capacity_tokens_per_s_per_gpu=0.0,

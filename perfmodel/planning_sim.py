@@ -21,7 +21,6 @@ multiple.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -159,7 +158,7 @@ def plan_gpu_simulated(cfg: TransformerConfig, spec: HardwareSpec, wl: Workload,
         except PerfmodelError as exc:
             if exc.field == "parallel":  # the layout itself, whatever the GPU count
                 raise
-            out.append(dataclasses.replace(refused_tp(spec, int(t), exc), pp=pp))
+            out.append(refused_tp(spec, int(t), exc, pp))
             continue
         base: dict[str, Any] = {"gpu": spec.id, "tp": int(t), "pp": pp, "batch": 0,
                                 "limited_by": "",
