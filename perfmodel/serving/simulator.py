@@ -351,6 +351,8 @@ class _Sim:
         """What padding a decode-only step of ``d`` sequences to its CUDA graph's batch adds
         (:attr:`EngineConfig.graph_batch_sizes`): the non-attention work of the padding
         entries, s (0 without padding)."""
+        if not self.e.graph_batch_sizes:  # the default: no padding, nothing to look up
+            return 0.0
         p = self.e.padded(d)
         if p == d:
             return 0.0
