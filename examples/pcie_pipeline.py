@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 
 from perfmodel.serving import closed_loop, simulate
+from perfmodel.serving.engines import TRTLLM_PERF_OVERVIEW_GRAPHS
 
 MODEL = "llama-3.1-70b"  # Llama 3.3 70B has the same shapes
 LAYOUTS = (("one card", 1, 1), ("TP2", 2, 1), ("PP2", 1, 2))
-#: The CUDA graphs TensorRT-LLM's published runs capture and pad decode batches to (its
-#: perf overview's llm_options: cuda_graph_config, enable_padding: true).
-GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 
 
 def main() -> None:
@@ -36,7 +34,7 @@ def main() -> None:
           "all queued at once, TensorRT-LLM")
     for name, tp, pp in LAYOUTS:
         r = simulate(MODEL, args.gpu, wl, tp=tp, pp=pp, engine="trtllm", weight_dtype="fp4",
-                     kv_dtype="fp8", graph_batch_sizes=GRAPHS)
+                     kv_dtype="fp8", graph_batch_sizes=TRTLLM_PERF_OVERVIEW_GRAPHS)
         seqs = r.kv_blocks * r.kv_block_size // 2048
         print(f"  {name:8s} {r.gpus} GPU{'s' if r.gpus > 1 else ' '}  "
               f"{r.per_gpu_tok_s:7,.0f} output tok/s per GPU, TPOT {r.itl().mean * 1e3:5.1f} ms,"

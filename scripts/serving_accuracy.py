@@ -68,7 +68,7 @@ from perfmodel.models.config import load_model, num_params
 from perfmodel.models.memory import kv_cache_bytes, weight_bytes
 from perfmodel.models.predict import resolve_dtypes
 from perfmodel.serving import closed_loop, prepare, run_prepared
-from perfmodel.serving.engines import EngineConfig
+from perfmodel.serving.engines import TRTLLM_PERF_OVERVIEW_GRAPHS, EngineConfig
 from perfmodel.serving.kvcache import KVPool
 from perfmodel.serving.steptime import StepModel
 
@@ -78,13 +78,10 @@ from perfmodel.serving.steptime import StepModel
 #: @03e27c7d; MI300X, Oracle's vLLM latency runs of Llama 3.1 405B FP8).
 UNFITTED_GPUS = ("rtx-pro-6000-server", "mi300x")
 
-#: CUDA-graph batch sizes of the TensorRT-LLM perf overview's runs, with ``enable_padding:
-#: true``: the llm_options.yml of every model the overview lists, dense and MoE, in both
-#: versions read (docs/source/performance/perf-overview.md @00f37686, v1.0;
-#: docs/source/developer-guide/perf-overview.md @03e27c7d, main): a decode-only step runs
-#: the graph of the next size up, none above the engine's largest decode batch
-#: (``EngineConfig.graph_batch_sizes``).
-PERF_OVERVIEW_GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
+#: CUDA-graph batch sizes of the TensorRT-LLM perf overview's runs (their llm_options,
+#: cited there): a decode-only step runs the graph of the next size up, none above the
+#: engine's largest decode batch (``EngineConfig.graph_batch_sizes``).
+PERF_OVERVIEW_GRAPHS = TRTLLM_PERF_OVERVIEW_GRAPHS
 
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "benchmarks" / "serving" / "published.csv"

@@ -29,7 +29,8 @@ from perfmodel._errors import PerfmodelError
 from perfmodel._limits import check_whole
 from perfmodel.engines import REQUEST_OVERHEAD_S, STEP_OVERHEAD_PER_SEQ_S, STEP_OVERHEAD_S
 
-__all__ = ["ENGINES", "EngineConfig", "engine_config", "scheduler_and_kernels"]
+__all__ = ["ENGINES", "TRTLLM_PERF_OVERVIEW_GRAPHS", "EngineConfig", "engine_config",
+           "scheduler_and_kernels"]
 
 Policy = Literal["decode_first", "prefill_first"]
 KVPolicy = Literal["lazy", "reserve"]
@@ -204,6 +205,15 @@ _SGLANG = EngineConfig(
     ))
 
 ENGINES: dict[str, EngineConfig] = {"vllm": _VLLM, "trtllm": _TRTLLM, "sglang": _SGLANG}
+
+#: The CUDA-graph batch sizes TensorRT-LLM's published throughput runs capture and pad
+#: decode batches to (``EngineConfig.graph_batch_sizes``): the llm_options.yml of every
+#: model its perf overview lists, dense and MoE, in both versions read
+#: (docs/source/performance/perf-overview.md @00f37686, v1.0;
+#: docs/source/developer-guide/perf-overview.md @03e27c7d, main: ``cuda_graph_config``,
+#: ``enable_padding: true``). Not a default: pass it to reproduce those runs.
+TRTLLM_PERF_OVERVIEW_GRAPHS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512,
+                                                1024, 2048, 4096, 8192)
 
 
 def scheduler_and_kernels(engine: str) -> tuple[str, str]:
