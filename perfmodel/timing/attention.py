@@ -211,6 +211,24 @@ def _tiles(fam: AttentionFamily, arch: str, d: Any, s: float, smem: float) -> tu
     return q, kv
 
 
+def _fp8_efficiency(fam: AttentionFamily, impl: str, arch: str, d: Any, consts: Constants,
+                    engine: str) -> Any:
+    """The fp8 rate of the kernel build each head dim runs (a family's
+    :attr:`~perfmodel.timing.kernels.AttentionFamily.fp8_builds`; one rate where it has
+    none on ``arch``), for a head dim or an array of them."""
+    if not fam.fp8_builds:
+        return attn_constant(impl, "fp8_efficiency", arch, consts, engine)
+    if type(d) is float:
+        return attn_constant(impl, "fp8_efficiency", arch, consts, engine,
+                             fam.fp8_build(arch, d))
+    dims = np.asarray(d, dtype=np.float64)
+    eff = np.empty(dims.shape)
+    for val in np.unique(dims):
+        eff[dims == val] = attn_constant(impl, "fp8_efficiency", arch, consts, engine,
+                                         fam.fp8_build(arch, float(val)))
+    return eff
+
+
 #: Keys a CUDA-core decode CTA pads its last step to (FlashInfer: t·b_z, 32 for G = 1).
 _CC_KEYS = 32.0
 #: Most CUDA-core decode CTAs resident on one SM: 128-thread CTAs at an assumed 128
@@ -334,7 +352,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
 
     fp8 = op.dtype == "fp8"
     eng = env.engine
-    eff = attn_constant(impl, "fp8_efficiency" if fp8 else "efficiency", arch, consts, eng)
+    eff = _fp8_efficiency(fam, impl, arch, d, consts, eng) if fp8 \
+        else attn_constant(impl, "efficiency", arch, consts, eng)
     eff = eff * tile_efficiency(q_t, kv_t, ops)
     if fam.sync_mma:  # an Ampere-style kernel: the synchronous MMA path's share of the peak
         eff = eff * k.family.sync_mma_fraction

@@ -234,6 +234,11 @@ class AttentionFamily:
         Constants (``cta_bandwidth``, ``decode_tile_s``...) the kin do not stand in for,
         where the two designs differ: these follow the family's own parents (its class's
         value; a decode tile time its own prefill tile time).
+    fp8_builds:
+        The separately compiled fp8 kernels the family dispatches by head dim, first match
+        wins: (architectures, head dim ≤, build). Each build has its own fp8 rate,
+        ``fp8_efficiency.<arch>.<engine>.<build>``, which falls back to the engine's value
+        until fitted; empty: one fp8 rate for every head dim.
     built_as:
         (architecture, family) pairs: on that architecture the kernels this name stands for
         are a different design, modelled as that family (TensorRT-LLM's ``fmha-v2`` on
@@ -285,6 +290,7 @@ class AttentionFamily:
     pools_into_class: bool = True
     split_block: tuple[tuple[float, float], ...] = ()
     fp8_tiles: tuple[TileRule, ...] = ()
+    fp8_builds: tuple[tuple[tuple[str, ...], float, str], ...] = ()
 
     @property
     def arch_tiles(self) -> bool:
@@ -301,6 +307,14 @@ class AttentionFamily:
             if (not archs or arch in archs) and head_dim <= max_d:
                 return q, kv
         return None
+
+    def fp8_build(self, arch: str, head_dim: float) -> str:
+        """The :attr:`fp8_builds` build an fp8 call of ``head_dim`` runs on ``arch``; ""
+        where the family has one fp8 rate there."""
+        for archs, max_d, build in self.fp8_builds:
+            if arch in archs and head_dim <= max_d:
+                return build
+        return ""
 
     def split_keys(self, head_dim: Any, ops: Ops = VECTOR) -> Any:
         """Keys per KV block the split-KV heuristic counts for ``head_dim`` (a float or an
@@ -393,8 +407,22 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     kin=("flash3",)),
     AttentionFamily("fmha-v2", False, (), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels: one CTA per (sequence, head, "
-                    "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+)",
-                    built_as=(("hopper", "fmha-v2-sm90"),)),
+                    "query tile); fp8 context FMHA when the KV cache is fp8 (SM89+). On "
+                    "SM89 each fp8 (e4m3) head size is its own non-tiled flash kernel "
+                    "(cpp/kernels/fmha_v2/setup.py @010669f8 enumerate_qmma_flash_kernels: "
+                    "query × key tile 128×128 for head sizes 32-64, 64×32 for 72-256; "
+                    "fmhaRunner.cpp @00dbe288: 'so far Ada QMMA only supports non-tiled "
+                    "kernels'; the shipped cubins, fmha_cubin.h @03cdd5a6, take 24 KB of "
+                    "shared memory to head size 64, 32 KB to 128, 64 KB to 256), three "
+                    "builds whose rates differ: on AIConfigurator's L40S, at long prompts, "
+                    "~100, ~210 and ~70 TFLOP/s at head dims 64, 128 and 256, against "
+                    "~127 for the bf16 kernels at all three. Each build's fp8 rate is "
+                    "fitted on its own (fitted: AIConfigurator L40S, the only SM89 GPU of "
+                    "the data); another SM89 GPU runs the same cubins",
+                    built_as=(("hopper", "fmha-v2-sm90"),),
+                    fp8_builds=((("ada",), 64, "e4m3-d32-64"),
+                                (("ada",), 128, "e4m3-d72-128"),
+                                (("ada",), 256, "e4m3-d160-256"))),
     AttentionFamily("fmha-v2-sm90", True, ((_ANY, 64, 128, 256), (_ANY, 128, 128, 128),
                                            (_ANY, 1e9, 128, 64)), "never", "none",
                     "TensorRT-LLM fmha_v2 context kernels as built for Hopper: on SM90 its "
@@ -707,13 +735,29 @@ register(*(
 ))
 
 
+#: Per-build refinements (:attr:`AttentionFamily.fp8_builds`): the fp8 rate of each build
+#: of a family on an architecture, under every engine.
+register(*(
+    Param(f"{arch_name(attn_name(f.name, 'fp8_efficiency'), a)}.{e}.{build}",
+          *_ATTN_CONSTANTS["fp8_efficiency"][:4],
+          f"{arch_name(attn_name(f.name, 'fp8_efficiency'), a)}.{e} for its {build} build "
+          "(the kernel compiled for those head sizes).",
+          parent=f"{arch_name(attn_name(f.name, 'fp8_efficiency'), a)}.{e}")
+    for f in ATTENTION_FAMILIES.values() for archs, _, build in f.fp8_builds
+    for a in archs for e in ENGINES
+))
+
+
 def attn_constant(impl: str, what: str, arch: str, consts: Constants,
-                  engine: str = "") -> float:
+                  engine: str = "", build: str = "") -> float:
     """Family ``impl``'s constant ``what`` on ``arch`` as ``engine`` runs it: the most
-    specific value of attn.<impl>.<what>.<arch>.<engine> → .<arch> → the family's → its
-    class's. An empty ``engine`` is ``none``."""
+    specific value of attn.<impl>.<what>.<arch>.<engine>[.<build>] → .<arch> → the
+    family's → its class's. An empty ``engine`` is ``none``; ``build`` (an fp8 kernel
+    build, :meth:`AttentionFamily.fp8_build`) refines ``fp8_efficiency`` only."""
     name = arch_name(attn_name(impl, what), arch)
     engine = engine or "none"
     if engine in ENGINES and what in ENGINE_REFINED and name != attn_name(impl, what):
+        if build and what == "fp8_efficiency":
+            return consts[f"{name}.{engine}.{build}"]
         return consts[f"{name}.{engine}"]
     return consts[name]
