@@ -4,7 +4,10 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when MXFP4 expert weights began to run W4A8 (fp8 MMA, MXFP8 activations) on GPUs
+last retaken when TensorRT-LLM's SM89 fp8 context kernels took one fp8 rate per kernel build
+(``AttentionFamily.fp8_builds``), with the refit of every constant that came with it: 831 op
+latencies moved by 0.982-1.005x (refit noise: no record is a TensorRT-LLM fp8 context call
+on an SM89 GPU), the model runs by at most 0.03 %; before that when MXFP4 expert weights began to run W4A8 (fp8 MMA, MXFP8 activations) on GPUs
 with fp4 tensor cores (the gpt-oss-20b model run on the B200: TTFT 26.97 → 26.74 ms; no op
 record moved); before that when the native fused attention (``flash``) began to be PyTorch's
 memory-efficient kernel for heads wider than 256 where it is FlashAttention-2 or -3 (two
