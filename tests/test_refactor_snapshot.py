@@ -7,37 +7,38 @@ The record is retaken only with a deliberate change of the model, said in its co
 last retaken when TensorRT-LLM's SM89 fp8 context kernels took one fp8 rate per kernel build
 (``AttentionFamily.fp8_builds``), with the refit of every constant that came with it: 831 op
 latencies moved by 0.982-1.005x (refit noise: no record is a TensorRT-LLM fp8 context call
-on an SM89 GPU), the model runs by at most 0.03 %; before that when MXFP4 expert weights began to run W4A8 (fp8 MMA, MXFP8 activations) on GPUs
-with fp4 tensor cores (the gpt-oss-20b model run on the B200: TTFT 26.97 → 26.74 ms; no op
-record moved); before that when the native fused attention (``flash``) began to be PyTorch's
-memory-efficient kernel for heads wider than 256 where it is FlashAttention-2 or -3 (two
-head-dim-512 cases on the H100, L4 and MI300X: 22 op records, 0.76-5.4x; nothing else
-moved); before that when FlashInfer attention stopped running on other vendors' GPUs (36 op
-and 3 vectorised MI300X records now raise; no value moved); before that when GEMM kernel
-families began to run only where they are built (cuBLAS and CUTLASS GEMMs on the MI300X and
-Arc Pro B60: 171 op and 12 vectorised records that predicted now raise; no value moved);
-before that when a call in an engine's context on a GPU the engine does not run on became an
-error (TensorRT-LLM's "eager-trtllm" context on the MI300X and Arc Pro B60: 288 op and 52
-vectorised records that predicted now raise, the others raise the engine's error first; no
-value moved); before that when TensorRT-LLM's kernel families (fmha-v2, XQA, masked MHA)
-stopped running on other vendors' GPUs (12 records of two cases on the MI300X and Arc Pro
-B60 became the error they now raise; nothing else moved); before that when ``flash`` and
-``flash3`` on Blackwell began to mean FA4's kernel (FA3 has no Blackwell build; 92 B200
-attention records moved, 0.63-2.0x); before that when TensorRT-LLM's SM89 block-fp8 GEMM
-began to run its one 32×128 tile (perfmodel.engines.gemm_dispatch, with the refit that came
-with it); before that when vLLM's and SGLang's SM89 fp8 scaled-mm kernels began to take the
-tile of their engines' dispatch tables (with the refit that came with it); before that when
-a split-K GEMM's reduce kernel began to cost a fitted number of graph kernel floors per
-architecture (gemm_split_reduce, with the refit that came with it); before that when a
-persistent attention family's decode kernels began to hide a share of their later tiles'
-fixed time of their own (decode_tile_overlap, with the refit that came with it); before that
-when the CTAs of GEMM families that never split K began to pull their pipeline's in-flight
-bytes over the memory latency (with the refit that came with it); before that when
-kernel-design constants with no value fitted for their architecture began to take their
-predecessor architecture's (timing.constants.ARCH_PREDECESSOR: XQA on a B200 takes Hopper's
-constants, FlashAttention-2 on an L4 Ampere's where Ada has none); before that with GEMM
-CTAs moving their own tiles' bytes at a fitted per-CTA bandwidth (and the refit that came
-with it), whose record took in the deliberate changes earlier records allowed as exceptions.
+on an SM89 GPU), the model runs by at most 0.03 %; before that when MXFP4 expert weights
+began to run W4A8 (fp8 MMA, MXFP8 activations) on GPUs with fp4 tensor cores (the gpt-
+oss-20b model run on the B200: TTFT 26.97 → 26.74 ms; no op record moved); before that when
+the native fused attention (``flash``) began to be PyTorch's memory-efficient kernel for
+heads wider than 256 where it is FlashAttention-2 or -3 (two head-dim-512 cases on the H100,
+L4 and MI300X: 22 op records, 0.76-5.4x; nothing else moved); before that when FlashInfer
+attention stopped running on other vendors' GPUs (36 op and 3 vectorised MI300X records now
+raise; no value moved); before that when GEMM kernel families began to run only where they
+are built (cuBLAS and CUTLASS GEMMs on the MI300X and Arc Pro B60: 171 op and 12 vectorised
+records that predicted now raise; no value moved); before that when a call in an engine's
+context on a GPU the engine does not run on became an error (TensorRT-LLM's "eager-trtllm"
+context on the MI300X and Arc Pro B60: 288 op and 52 vectorised records that predicted now
+raise, the others raise the engine's error first; no value moved); before that when
+TensorRT-LLM's kernel families (fmha-v2, XQA, masked MHA) stopped running on other vendors'
+GPUs (12 records of two cases on the MI300X and Arc Pro B60 became the error they now raise;
+nothing else moved); before that when ``flash`` and ``flash3`` on Blackwell began to mean
+FA4's kernel (FA3 has no Blackwell build; 92 B200 attention records moved, 0.63-2.0x);
+before that when TensorRT-LLM's SM89 block-fp8 GEMM began to run its one 32×128 tile
+(perfmodel.engines.gemm_dispatch, with the refit that came with it); before that when vLLM's
+and SGLang's SM89 fp8 scaled-mm kernels began to take the tile of their engines' dispatch
+tables (with the refit that came with it); before that when a split-K GEMM's reduce kernel
+began to cost a fitted number of graph kernel floors per architecture (gemm_split_reduce,
+with the refit that came with it); before that when a persistent attention family's decode
+kernels began to hide a share of their later tiles' fixed time of their own
+(decode_tile_overlap, with the refit that came with it); before that when the CTAs of GEMM
+families that never split K began to pull their pipeline's in-flight bytes over the memory
+latency (with the refit that came with it); before that when kernel-design constants with no
+value fitted for their architecture began to take their predecessor architecture's
+(timing.constants.ARCH_PREDECESSOR: XQA on a B200 takes Hopper's constants, FlashAttention-2
+on an L4 Ampere's where Ada has none); before that with GEMM CTAs moving their own tiles'
+bytes at a fitted per-CTA bandwidth (and the refit that came with it), whose record took in
+the deliberate changes earlier records allowed as exceptions.
 """
 
 from __future__ import annotations
