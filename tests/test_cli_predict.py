@@ -222,3 +222,16 @@ def test_engine_attention_computes_in_fp8_over_an_fp8_kv_cache_as_the_model_does
     r = pm.predict_model("llama-3.1-8b", "h100-sxm", phase="prefill", batch=4,
                          prompt_len=8192, kv_dtype="fp8", engine="trtllm")
     assert any("in fp8 over the fp8 KV cache" in a for a in r.assumptions)
+
+
+def test_explain_names_the_fp8_kernel_build(capsys: pytest.CaptureFixture[str]) -> None:
+    """TensorRT-LLM's fp8 context attention on an SM89 GPU says which compiled build
+    (head sizes 72-128 here) its rate is that of, in the Model line and the JSON."""
+    argv = ["predict", "attention", "--gpu", "l40s", "--engine", "trtllm", "--batch", "2",
+            "--heads", "32", "--kv-heads", "8", "--seq-q", "2048", "--head-dim", "128",
+            "--causal", "--dtype", "fp8"]
+    code, out, _ = run(argv, capsys)
+    assert code == 0
+    assert "fp8 build e4m3-d72-128" in _value(out, "Model")
+    code, out, _ = run([*argv, "--json"], capsys)
+    assert json.loads(out)["details"]["fp8_build"] == "e4m3-d72-128"

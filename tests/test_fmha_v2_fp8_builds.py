@@ -73,3 +73,21 @@ def test_the_vector_path_picks_each_head_dims_build() -> None:
     vec = _compute(dims, "fp8", consts)
     one = [float(_compute(float(d), "fp8", consts)) for d in dims]
     assert vec == pytest.approx(one, rel=1e-12)
+
+
+def _details(head_dim: float | np.ndarray, dtype: str) -> dict[str, object]:
+    op = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=2048, head_dim=head_dim,
+                      causal=True, dtype=dtype, kv_dtype=dtype, impl="fmha-v2")
+    return dict(predict(op, "l40s", context=RunContext(engine="trtllm")).details)
+
+
+def test_predictions_name_the_build_they_ran() -> None:
+    """An fp8 call says which build it ran (a vector of head dims, each build once, in
+    head-dim order); a bf16 call and an fp8 call of a family with one rate say nothing."""
+    assert _details(128.0, "fp8")["fp8_build"] == "e4m3-d72-128"
+    assert _details(np.array([256.0, 64.0, 256.0]), "fp8")["fp8_build"] == \
+        "e4m3-d32-64,e4m3-d160-256"
+    assert "fp8_build" not in _details(128.0, "bf16")
+    flash3 = pm.Attention(batch=2, heads=32, kv_heads=8, seq_q=2048, head_dim=128,
+                          causal=True, dtype="fp8", kv_dtype="fp8", impl="flash3")
+    assert "fp8_build" not in predict(flash3, "h100-sxm").details

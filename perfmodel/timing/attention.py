@@ -229,6 +229,15 @@ def _fp8_efficiency(fam: AttentionFamily, impl: str, arch: str, d: Any, consts: 
     return eff
 
 
+def fp8_builds_run(fam: AttentionFamily, arch: str, d: Any) -> str:
+    """The fp8 kernel builds (:attr:`~perfmodel.timing.kernels.AttentionFamily.fp8_builds`)
+    an fp8 call of head dim ``d`` (or an array of them) runs on ``arch``, comma-separated
+    in head-dim order; "" where the family has one fp8 rate there."""
+    dims = np.unique(np.asarray(d, dtype=np.float64))
+    builds = dict.fromkeys(fam.fp8_build(arch, float(v)) for v in dims)
+    return ",".join(b for b in builds if b)
+
+
 #: Keys a CUDA-core decode CTA pads its last step to (FlashInfer: t·b_z, 32 for G = 1).
 _CC_KEYS = 32.0
 #: Most CUDA-core decode CTAs resident on one SM: 128-thread CTAs at an assumed 128
@@ -431,7 +440,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
             "overhead_s": overhead, "bytes": traffic, "launches": launches, "q_tile": q_eff,
             "kv_tile": kv_t,
             "splits": splits, "ctas": tiles, "impl": impl, "useful_flops": flops,
-            "bytes_min": bytes_min}
+            "bytes_min": bytes_min,
+            "fp8_build": fp8_builds_run(fam, arch, d) if fp8 and fam.fp8_builds else ""}
 
 
 def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str, Any]:
@@ -448,4 +458,4 @@ def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str
     def full(x: Any) -> Array:
         return np.asarray(np.broadcast_to(np.asarray(x, dtype=np.float64), shape))
 
-    return {key: (v if key == "impl" else full(v)) for key, v in out.items()}
+    return {key: (v if key in ("impl", "fp8_build") else full(v)) for key, v in out.items()}
