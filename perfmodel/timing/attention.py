@@ -212,30 +212,24 @@ def _tiles(fam: AttentionFamily, arch: str, d: Any, s: float, smem: float) -> tu
 
 
 def _fp8_efficiency(fam: AttentionFamily, impl: str, arch: str, d: Any, consts: Constants,
-                    engine: str) -> Any:
+                    engine: str) -> tuple[Any, str]:
     """The fp8 rate of the kernel build each head dim runs (a family's
     :attr:`~perfmodel.timing.kernels.AttentionFamily.fp8_builds`; one rate where it has
-    none on ``arch``), for a head dim or an array of them."""
+    none on ``arch``), for a head dim or an array of them, and the builds run,
+    comma-separated in head-dim order ("" for one rate)."""
     if not fam.fp8_builds:
-        return attn_constant(impl, "fp8_efficiency", arch, consts, engine)
+        return attn_constant(impl, "fp8_efficiency", arch, consts, engine), ""
     if type(d) is float:
-        return attn_constant(impl, "fp8_efficiency", arch, consts, engine,
-                             fam.fp8_build(arch, d))
+        build = fam.fp8_build(arch, d)
+        return attn_constant(impl, "fp8_efficiency", arch, consts, engine, build), build
     dims = np.asarray(d, dtype=np.float64)
     eff = np.empty(dims.shape)
+    builds: dict[str, None] = {}
     for val in np.unique(dims):
-        eff[dims == val] = attn_constant(impl, "fp8_efficiency", arch, consts, engine,
-                                         fam.fp8_build(arch, float(val)))
-    return eff
-
-
-def fp8_builds_run(fam: AttentionFamily, arch: str, d: Any) -> str:
-    """The fp8 kernel builds (:attr:`~perfmodel.timing.kernels.AttentionFamily.fp8_builds`)
-    an fp8 call of head dim ``d`` (or an array of them) runs on ``arch``, comma-separated
-    in head-dim order; "" where the family has one fp8 rate there."""
-    dims = np.unique(np.asarray(d, dtype=np.float64))
-    builds = dict.fromkeys(fam.fp8_build(arch, float(v)) for v in dims)
-    return ",".join(b for b in builds if b)
+        build = fam.fp8_build(arch, float(val))
+        builds[build] = None
+        eff[dims == val] = attn_constant(impl, "fp8_efficiency", arch, consts, engine, build)
+    return eff, ",".join(b for b in builds if b)
 
 
 #: Keys a CUDA-core decode CTA pads its last step to (FlashInfer: t·b_z, 32 for G = 1).
@@ -361,8 +355,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
 
     fp8 = op.dtype == "fp8"
     eng = env.engine
-    eff = _fp8_efficiency(fam, impl, arch, d, consts, eng) if fp8 \
-        else attn_constant(impl, "efficiency", arch, consts, eng)
+    eff, fp8_build = _fp8_efficiency(fam, impl, arch, d, consts, eng) if fp8 \
+        else (attn_constant(impl, "efficiency", arch, consts, eng), "")
     eff = eff * tile_efficiency(q_t, kv_t, ops)
     if fam.sync_mma:  # an Ampere-style kernel: the synchronous MMA path's share of the peak
         eff = eff * k.family.sync_mma_fraction
@@ -441,7 +435,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
             "kv_tile": kv_t,
             "splits": splits, "ctas": tiles, "impl": impl, "useful_flops": flops,
             "bytes_min": bytes_min,
-            "fp8_build": fp8_builds_run(fam, arch, d) if fp8 and fam.fp8_builds else ""}
+            "fp8_build": fp8_build}
 
 
 def time_flash(op: Attention, k: Knobs, env: Env, consts: Constants) -> dict[str, Any]:
