@@ -388,6 +388,13 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # the fallback kernel of an over-large group reads each KV head once per query head
     kv = kv_bytes(batch, kv_heads, seq_kv, d, dv, s_kv, op.shared_kv)
     traffic = traffic + ops.where(fallback, (group - 1.0) * kv, 0.0) + partial
+    decode_kernel = never if context_kernel else seq_q == 1
+    if fam.whole_kv_tiles:
+        # a decode kernel that loads whole KV tiles moves the keys past each split's end
+        # up to its last tile's: per (sequence, KV head unit) splits·k_pad − S_kv keys more
+        padded = ops.maximum(splits * k_pad - seq_kv, 0.0)
+        traffic = traffic + ops.where(decode_kernel, kv_bytes(batch, heads_u, padded, d, dv,
+                                                              s_kv, op.shared_kv), 0.0)
     q = q_bytes(batch, heads, seq_q, d, s)
     o = o_bytes(batch, heads, seq_q, dv, s)
     bytes_min = q + kv + o
@@ -405,7 +412,6 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels
         launches = launches + ops.where(packed, ops.where(group > 1, 2.0, 0.0), 0.0)
-    decode_kernel = never if context_kernel else seq_q == 1
     tile_s = ops.where(decode_kernel, attn_constant(impl, "decode_tile_s", arch, consts, eng)
                        * decode_rows_scale(rows, consts),
                        attn_constant(impl, "tile_s", arch, consts, eng)) \

@@ -254,6 +254,11 @@ class AttentionFamily:
         (16) unless the kernel's smallest query tile is larger (FlashAttention-2's split-KV
         kernel fixes 64 rows for every head dim, so a decode tile of a few packed query
         heads costs 64 rows of MMA work).
+    whole_kv_tiles:
+        Whether its decode (one-token) kernel loads whole KV tiles: each (sequence, KV
+        head, split) moves k_pad = kv_t·⌈keys/kv_t⌉ keys of K and V, so a sequence shorter
+        than a tile costs the whole tile's bytes (:func:`perfmodel.timing.attention._flash`
+        adds the padded keys to the traffic). False: the keys the sequence has.
     pools_into_class:
         Whether its fitted constants count towards its class's (the values a family nobody
         measured inherits). False for kernels a compiler generates from a high-level
@@ -291,6 +296,7 @@ class AttentionFamily:
     split_block: tuple[tuple[float, float], ...] = ()
     fp8_tiles: tuple[TileRule, ...] = ()
     fp8_builds: tuple[tuple[tuple[str, ...], float, str], ...] = ()
+    whole_kv_tiles: bool = False
 
     @property
     def arch_tiles(self) -> bool:
@@ -468,7 +474,16 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "kernels before Blackwell (the same packing of a KV head's query heads, "
                     "the same multi-block split), whose non-overlapped decode tile time is "
                     "the one they take until measured (their rates, prefill tiles and "
-                    "bandwidth follow the persistent class); " + _BIG_D, prefill_packs=False,
+                    "bandwidth follow the persistent class). Its decode kernels load whole "
+                    "KV tiles (128 keys): on AIConfigurator's B200 rows, through all three "
+                    "engines, with many (sequence, KV head) units a unit's time is flat from "
+                    "2 to 128 keys and then grows with each further 128 (bf16, head dim "
+                    "128: ~11.5 ns at 2-128 keys, 19 at 256, 37 at 512), and at up to 16 "
+                    "keys it follows the tile's bytes, head dim × element size, not the head "
+                    "dim: 9.4 ns at head dim 64 in bf16 and 9.6 at 128 in fp8, 11.7 at 128 in "
+                    "bf16 and 11.8 at 256 in fp8 (TensorRT-LLM; the kernels ship as cubins, "
+                    "so this is measured, not read from source); " + _BIG_D,
+                    prefill_packs=False, whole_kv_tiles=True,
                     kin=("xqa",), kin_excludes=("efficiency", "fp8_efficiency", "tile_s",
                                                 "dequant_ops", "tile_overlap",
                                                 "decode_tile_overlap",
