@@ -4,10 +4,14 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when trtllm-gen's decode kernels began to load whole 128-key KV tiles
-(``AttentionFamily.whole_kv_tiles``), with the refit of every constant that came with it:
-831 op latencies moved by 0.885-2.064x (the largest, 1.47-2.06x, a B200 trtllm-gen decode
-over one cached token at head dim 512, which now moves a whole tile; the rest refit), the
+last retaken when a causal call's compute began to be no less than its longest CTA's (the
+last query tile, which visits every key of its split), with the refit of every constant
+that came with it: 831 op latencies moved by 0.956-1.072x, the model runs' headline
+figures by at most 0.04 %; before that when trtllm-gen's decode kernels began to load
+whole 128-key KV tiles (``AttentionFamily.whole_kv_tiles``), with the refit of every
+constant that came with it: 831 op latencies moved by 0.885-2.064x (the largest,
+1.47-2.06x, a B200 trtllm-gen decode over one cached token at head dim 512, which now
+moves a whole tile; the rest refit), the
 model runs' headline figures by at most 0.23 %; before that when TensorRT-LLM's SM89 fp8
 context kernels took one fp8 rate per kernel build (``AttentionFamily.fp8_builds``), with
 the refit of every constant that came with it: 831 op latencies moved by 0.982-1.005x

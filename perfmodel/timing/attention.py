@@ -29,7 +29,11 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   (synchronous MMA) on Hopper and Blackwell, and on a device that runs its SM design's
   tensor units at a share c < 1 of their rate (H20, GeForce FP32 accumulate) e → max(e,
   min(e/c, 1)) (:func:`perfmodel.timing.core.share_limited_efficiency`),
-  wave efficiency T / (⌈T/slots⌉·slots). Each wave also pays the family's non-overlapped
+  wave efficiency T / (⌈T/slots⌉·slots), and never less than the longest CTA alone on its
+  slot: under a causal mask the last query tile of a split visits all its keys, k_last =
+  kv_t·⌈S_kv/(s·kv_t)⌉, r = k_last/k_pad times the average tile's work, so compute ≥
+  r·compute_raw·slots/T (one wave of causal tiles takes as long as the unmasked call). Each
+  wave also pays the family's non-overlapped
   per-tile time t_tile (first dependent loads, output store): ``tile_s`` (``decode_tile_s``
   for one-token decode kernels) × (1 − w + w·(D + D_v)/256), the share w
   (``attn.tile_dim_share``) being per-element work on the Q tile and the output; a decode
@@ -378,7 +382,12 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     compute_raw = ops.maximum(t_tensor, t_soft) + (1.0 - ov) * ops.minimum(t_tensor, t_soft)
     waves = ops.ceil(tiles / slots)
     wave_eff = tiles / (waves * slots)
-    compute = compute_raw / wave_eff
+    # no kernel ends before its longest CTA: under a causal mask the last query tile visits
+    # every key of its split (k_last), r = k_last / k_pad times the average tile's work;
+    # that tile alone on its slot takes r·compute_raw·slots/tiles
+    k_last = kv_t * ops.ceil(seq_kv / splits / kv_t)
+    longest = compute_raw * slots / tiles * ops.maximum(k_last / k_pad, 1.0)
+    compute = ops.maximum(compute_raw / wave_eff, longest)
 
     heads_in_flight = ops.maximum(slots / ops.maximum(base / (batch * heads), 1.0), 1.0)
     traffic = flash_bytes(batch, heads, kv_heads, seq_q, seq_kv, d, dv, op.causal, s, s_kv,
