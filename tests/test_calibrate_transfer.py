@@ -68,10 +68,24 @@ def test_fit_separates_device_from_family_figures(fitted: pm.HardwareSpec) -> No
         assert cal.params[key]["compute_fraction"] == pytest.approx(0.62, rel=0.02)
         assert cal.params[key]["memory_fraction"] == pytest.approx(0.78, rel=0.02)
     assert cal.params["gemm/bf16"]["overhead_s"] == pytest.approx(OVERHEAD_S, rel=0.05)
-    assert cal.constants["attn.flash2.efficiency.ampere.none"] == pytest.approx(0.8, rel=0.03)
+    # with 1 % noise the family rate lands within 5 % (0.83 at seed 0: the suite's one-wave
+    # causal cases take their longest CTA's time, which the rate and the tile time share);
+    # without noise it is exact (test_noise_free_suite_recovers_the_family_rate)
+    assert cal.constants["attn.flash2.efficiency.ampere.none"] == pytest.approx(0.8, rel=0.05)
     assert cal.constants["attn.flash2.tile_s.ampere.none"] == pytest.approx(4.0e-6, rel=0.15)
     # the device's lower compute fraction is not absorbed by the family's rate
     assert "gemm.auto.none.efficiency" not in cal.constants
+
+
+def test_noise_free_suite_recovers_the_family_rate() -> None:
+    hw = pm.load_hardware(SOURCE)
+    rows = _suite_rows(hw, _truth(hw, DEVICE, FAMILY), noise=0.0)
+    result = fit_parts(dataset_from_rows(rows), hw,  # type: ignore[arg-type]
+                       residual="off")
+    assert result.constants["attn.flash2.efficiency.ampere.none"] == pytest.approx(0.8,
+                                                                                 rel=0.01)
+    assert result.params["attention/bf16"]["compute_fraction"] == pytest.approx(0.62,
+                                                                               rel=0.01)
 
 
 def test_transfer_carries_the_family_and_keeps_the_target_spec(fitted: pm.HardwareSpec) -> None:
@@ -88,7 +102,7 @@ def test_transfer_carries_the_family_and_keeps_the_target_spec(fitted: pm.Hardwa
                for name in ("compute_fraction", "memory_fraction"))
     # family figures: carried, Ampere's constants as Hopper's
     assert cal.params["gemm/bf16"]["overhead_s"] == pytest.approx(OVERHEAD_S, rel=0.05)
-    assert cal.constants["attn.flash2.efficiency.hopper.none"] == pytest.approx(0.8, rel=0.03)
+    assert cal.constants["attn.flash2.efficiency.hopper.none"] == pytest.approx(0.8, rel=0.05)
     assert not any(".ampere" in name for name in cal.constants)
     assert cal.provenance["constants.attn.flash2.efficiency.hopper.none"].startswith(
         f"carried: {SOURCE} calibration (as attn.flash2.efficiency.ampere.none")
