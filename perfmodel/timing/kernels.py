@@ -482,7 +482,10 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "keys it follows the tile's bytes, head dim × element size, not the head "
                     "dim: 9.4 ns at head dim 64 in bf16 and 9.6 at 128 in fp8, 11.7 at 128 in "
                     "bf16 and 11.8 at 256 in fp8 (TensorRT-LLM; the kernels ship as cubins, "
-                    "so this is measured, not read from source); " + _BIG_D,
+                    "so this is measured, not read from source; the launcher splits a "
+                    "sequence's keys in whole steps, at most ceil(S_kv / stepKv) CTAs, "
+                    "fmhaKernels.h @01c84c67 computeNumCtas, and a later version's tile "
+                    "heuristic costs a CTA's keys rounded up to stepKv); " + _BIG_D,
                     prefill_packs=False, whole_kv_tiles=True,
                     kin=("xqa",), kin_excludes=("efficiency", "fp8_efficiency", "tile_s",
                                                 "dequant_ops", "tile_overlap",
