@@ -30,7 +30,8 @@ from perfmodel.timing.constants import (
 if TYPE_CHECKING:
     from perfmodel.timing.knobs import Knobs
 
-__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "GEMM_CTA_BANDWIDTH", "GEMM_UNSPLIT",
+__all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "CAUSAL_ORDERS", "GEMM_CTA_BANDWIDTH",
+           "GEMM_UNSPLIT",
            "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM", "UNSPLIT_CTA_INFLIGHT", "AttentionFamily",
            "attention_class", "attention_family", "attn_constant", "attn_name",
            "cta_inflight_name", "decode_rows_scale", "gemm_cta_bandwidth", "gemm_efficiency",
@@ -172,6 +173,8 @@ def gemm_efficiency(op: Gemm, consts: Constants, arch: str = "") -> float:
 
 
 # ----------------------------------------------------------------------------- attention
+#: Orders in which a family's causal prefill tiles start (:attr:`AttentionFamily.causal_order`).
+CAUSAL_ORDERS: tuple[str, ...] = ("longest_first", "in_order")
 TileRule = tuple[tuple[str, ...], float, float, float]
 """(architectures (empty: any), largest head dim, query rows, keys) of a tile choice."""
 
@@ -259,6 +262,21 @@ class AttentionFamily:
         head, split) moves k_pad = kv_t·⌈keys/kv_t⌉ keys of K and V, so a sequence shorter
         than a tile costs the whole tile's bytes (:func:`perfmodel.timing.attention._flash`
         adds the padded keys to the traffic). False: the keys the sequence has.
+    causal_order:
+        The order its causal prefill tiles start in, which sets when the call ends once
+        there are more tiles than slots (the query tiles of a causal call differ in
+        length: the last of a sequence visits every key, the first few):
+        ``longest_first`` (a scheduler that starts the longest tiles first, over the heads:
+        FlashAttention-3's and -4's causal schedulers; ends with the work spread evenly,
+        or with the longest tile; the default) or ``in_order`` (tiles start in launch
+        order, each sequence's query tiles from the shortest, on whichever slot frees
+        first: the last to start is a long one, see
+        :func:`perfmodel.timing.attention._flash`). FlashAttention-2 launches in that
+        order too (grid (num_m_block, b, h), m_block = blockIdx.x:
+        flash_fwd_launch_template.h @01afd16), but keeps the default: refitted with the
+        in-order rule, its few-wave causal calls on AIConfigurator's A100 and L40S rows
+        came out at 1.08-1.09 of their measured time, against 0.94-0.97 with the work
+        spread evenly (something shortens its tail that this model does not hold).
     pools_into_class:
         Whether its fitted constants count towards its class's (the values a family nobody
         measured inherits). False for kernels a compiler generates from a high-level
@@ -297,6 +315,12 @@ class AttentionFamily:
     fp8_tiles: tuple[TileRule, ...] = ()
     fp8_builds: tuple[tuple[tuple[str, ...], float, str], ...] = ()
     whole_kv_tiles: bool = False
+    causal_order: str = "longest_first"
+
+    def __post_init__(self) -> None:
+        if self.causal_order not in CAUSAL_ORDERS:
+            raise ValueError(f"{self.name}: causal_order {self.causal_order!r} is not one of "
+                             f"{', '.join(CAUSAL_ORDERS)}")
 
     @property
     def arch_tiles(self) -> bool:
@@ -360,6 +384,18 @@ _FA2_SPLIT: dict[str, Any] = {
 }
 _SYNC = "; synchronous MMA (mma.sync): on Hopper and Blackwell at the architecture's " \
         "sync_mma_fraction of the dense rate"
+
+
+def _order_measured(before: str, after: str) -> str:
+    """Source text of a family whose causal tiles AIConfigurator's rows show starting in
+    launch order (``before``/``after``: that GPU's few-wave causal prefill rows, predicted
+    over measured, with the tiles' work spread evenly and with an in-order dispatch)."""
+    return ("; causal query tiles start in launch order, each sequence's shortest first "
+            "(read from AIConfigurator's rows, not from the kernels' source: causal prefill "
+            f"calls of 1-4 waves of tiles were predicted at {before} of their measured time "
+            f"with the tiles' work spread evenly, {after} with a greedy in-order dispatch)")
+
+
 _ANY: tuple[str, ...] = ()
 _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulator of " \
          "d 512 is 256 KiB, all of a Blackwell SM's tensor memory (or a Hopper SM's " \
@@ -441,8 +477,9 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "one CTA per SM: an assumption from that design), which ``fmha-v2`` "
                     "resolves to on Hopper; its kin is FA3. Pooled with the SM89 kernels, an "
                     "H100 left out of the fit inherited Ada's fp8 FMHA rate (~39 % of the fp8 "
-                    "peak) and was predicted 2.4x too slow on long fp8 prompts",
-                    kin=("flash3",)),
+                    "peak) and was predicted 2.4x too slow on long fp8 prompts"
+                    + _order_measured("0.74-0.94 (H100)", "1.05-1.09"),
+                    kin=("flash3",), causal_order="in_order"),
     AttentionFamily("xqa", False, ((_ANY, 1e9, 64, 64),), "decode", "auto",
                     "TensorRT-LLM XQA decode kernels: the query heads of a KV group share "
                     "one CTA (cross-query), multi-block mode splits long KV. Observed in "
@@ -485,8 +522,9 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "so this is measured, not read from source; the launcher splits a "
                     "sequence's keys in whole steps, at most ceil(S_kv / stepKv) CTAs, "
                     "fmhaKernels.h @01c84c67 computeNumCtas, and a later version's tile "
-                    "heuristic costs a CTA's keys rounded up to stepKv); " + _BIG_D,
-                    prefill_packs=False, whole_kv_tiles=True,
+                    "heuristic costs a CTA's keys rounded up to stepKv); " + _BIG_D
+                    + _order_measured("0.70-0.91 (B200, all three engines)", "0.89-1.05"),
+                    prefill_packs=False, whole_kv_tiles=True, causal_order="in_order",
                     kin=("xqa",), kin_excludes=("efficiency", "fp8_efficiency", "tile_s",
                                                 "dequant_ops", "tile_overlap",
                                                 "decode_tile_overlap",
