@@ -9,6 +9,7 @@ against an exact simulation of that dispatch."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 
@@ -16,6 +17,7 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.timing import RunContext, predict
+from perfmodel.timing.kernels import ATTENTION_FAMILIES
 
 CTX = RunContext(launch="graph")
 # (family, GPU, query rows and keys per tile at head dim 128, as the family's source states;
@@ -110,8 +112,5 @@ def test_one_query_tile_per_sequence_adds_no_tail(impl: str, gpu: str, q_t: int,
 
 
 def test_unknown_causal_order_is_refused() -> None:
-    import dataclasses
-
-    from perfmodel.timing.kernels import ATTENTION_FAMILIES
     with pytest.raises(ValueError, match="causal_order"):
         dataclasses.replace(ATTENTION_FAMILIES["flash2"], causal_order="random")

@@ -31,11 +31,11 @@ if TYPE_CHECKING:
     from perfmodel.timing.knobs import Knobs
 
 __all__ = ["ATTENTION_CLASSES", "ATTENTION_FAMILIES", "CAUSAL_ORDERS", "GEMM_CTA_BANDWIDTH",
-           "GEMM_UNSPLIT",
-           "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM", "UNSPLIT_CTA_INFLIGHT", "AttentionFamily",
-           "attention_class", "attention_family", "attn_constant", "attn_name",
-           "cta_inflight_name", "decode_rows_scale", "gemm_cta_bandwidth", "gemm_efficiency",
-           "gemm_efficiency_name", "gemm_splits_k", "tile_efficiency", "tile_time_scale"]
+           "GEMM_UNSPLIT", "OVERLAPPED_SOFTMAX", "QUANTIZED_GEMM", "UNSPLIT_CTA_INFLIGHT",
+           "AttentionFamily", "attention_class", "attention_family", "attn_constant",
+           "attn_name", "cta_inflight_name", "decode_rows_scale", "gemm_cta_bandwidth",
+           "gemm_efficiency", "gemm_efficiency_name", "gemm_splits_k", "tile_efficiency",
+           "tile_time_scale"]
 
 
 def gemm_efficiency_name(impl: str, quant: str) -> str:
