@@ -16,9 +16,11 @@ CASES = [("flash2", "a100-80gb-sxm"), ("flash3", "h100-sxm"), ("trtllm-gen", "b2
          ("flashinfer", "l40s"), ("fmha-v2", "l40s")]
 
 
-def _compute(impl: str, gpu: str, *, batch: int, causal: bool, seq: int = 8192) -> float:
-    # unsplit, so that the query tiles are the CTAs
-    op = pm.Attention(batch=batch, heads=1, kv_heads=1, seq_q=seq, seq_kv=seq,
+def _compute(impl: str, gpu: str, *, batch: int, causal: bool, seq: int = 8192,
+             seq_kv: int | None = None) -> float:
+    # unsplit, so that the query tiles are the CTAs; the keys are the queries unless given
+    op = pm.Attention(batch=batch, heads=1, kv_heads=1, seq_q=seq,
+                      seq_kv=seq if seq_kv is None else seq_kv,
                       head_dim=128, causal=causal, dtype="bf16", impl=impl, num_splits=1)
     return float(predict(op, gpu, context=CTX).compute_s)
 

@@ -14,21 +14,14 @@ import heapq
 import math
 
 import pytest
+from test_causal_longest_cta import _compute
 
 import perfmodel as pm
-from perfmodel.timing import RunContext, predict
 from perfmodel.timing.kernels import ATTENTION_FAMILIES
 
-CTX = RunContext(launch="graph")
 # (family, GPU, query rows and keys per tile at head dim 128, as the family's source states;
 # "fmha-v2" on Hopper runs its warp-specialised SM90 build)
 IN_ORDER = [("trtllm-gen", "b200", 128, 128), ("fmha-v2", "h100-sxm", 128, 128)]
-
-
-def _compute(impl: str, gpu: str, batch: int, seq_q: int, seq_kv: int, causal: bool) -> float:
-    op = pm.Attention(batch=batch, heads=1, kv_heads=1, seq_q=seq_q, seq_kv=seq_kv,
-                      head_dim=128, causal=causal, dtype="bf16", impl=impl, num_splits=1)
-    return float(predict(op, gpu, context=CTX).compute_s)
 
 
 def _units(gpu: str) -> int:
@@ -44,7 +37,7 @@ def _per_tile(impl: str, gpu: str, batch: int, seq: int, q_t: int, kv_t: int
     n = math.ceil(seq / q_t)
     tiles = batch * n
     waves = math.ceil(tiles / _units(gpu))  # one CTA per SM: persistent kernels
-    full = _compute(impl, gpu, batch, seq, seq, causal=False) / waves
+    full = _compute(impl, gpu, batch=batch, seq=seq, causal=False) / waves
     keys = (seq * (seq + 1) / 2 + n * q_t * kv_t / 2) / seq
     mean = full * kv_t * math.ceil(keys / kv_t) / seq
     return full, mean, tiles
@@ -60,7 +53,7 @@ def test_in_order_causal_tiles_end_with_the_last_long_one(impl: str, gpu: str, q
     assert tiles > slots  # the rule's case: more tiles than slots
     spread = tiles * mean / slots
     expected = max(math.ceil(tiles / slots) * mean, longest, spread + longest - mean / 2)
-    assert _compute(impl, gpu, batch, seq, seq, causal=True) == pytest.approx(expected,
+    assert _compute(impl, gpu, batch=batch, seq=seq, causal=True) == pytest.approx(expected,
                                                                               rel=1e-9)
 
 
@@ -83,7 +76,7 @@ def test_rule_follows_a_simulated_in_order_dispatch(impl: str, gpu: str, q_t: in
     per_seq = [longest * kv_t * math.ceil(min((j + 1) * q_t, seq) / kv_t) / seq
                for j in range(n)]
     simulated = _greedy(per_seq * batch, _units(gpu))
-    predicted = _compute(impl, gpu, batch, seq, seq, causal=True)
+    predicted = _compute(impl, gpu, batch=batch, seq=seq, causal=True)
     # the rule sits 6-14 % above these simulations (the mean tile's keys are rounded up to
     # whole key tiles, and a greedy schedule can end before its bound); the tiles' work
     # spread evenly would sit 4-25 % below most of them
@@ -95,7 +88,7 @@ def test_longest_first_family_ends_with_the_work_spread_evenly() -> None:
     batch, seq = 3, 8192
     longest, mean, tiles = _per_tile("flash3", "h100-sxm", batch, seq, 128, 128)
     expected = max(math.ceil(tiles / _units("h100-sxm")) * mean, longest)
-    assert _compute("flash3", "h100-sxm", batch, seq, seq, causal=True) == pytest.approx(
+    assert _compute("flash3", "h100-sxm", batch=batch, seq=seq, causal=True) == pytest.approx(
         expected, rel=1e-9)
 
 
@@ -106,8 +99,8 @@ def test_one_query_tile_per_sequence_adds_no_tail(impl: str, gpu: str, q_t: int,
     # key (the diagonal tile whole), so the tiles are equal and the causal call costs the
     # unmasked one, however many waves of them
     batch = 5 * _units(gpu) + 7
-    causal = _compute(impl, gpu, batch, q_t, 8192, causal=True)
-    full = _compute(impl, gpu, batch, q_t, 8192, causal=False)
+    causal = _compute(impl, gpu, batch=batch, seq=q_t, seq_kv=8192, causal=True)
+    full = _compute(impl, gpu, batch=batch, seq=q_t, seq_kv=8192, causal=False)
     assert causal == pytest.approx(full, rel=1e-9)
 
 
