@@ -6,23 +6,21 @@ of the code must not move a prediction.
 The record is retaken only with a deliberate change of the model, said in its commit. It was
 last retaken when TensorRT-LLM's Hopper context kernels and its trtllm-gen kernels began to
 end a causal call of more query tiles than slots with the last tile they start, a long one
-(``AttentionFamily.causal_order``), with the refit of every constant that came with it:
-831 op latencies moved by 0.921-1.015x, the model runs' headline figures by at most
-0.83 % (Llama 3.1 70B's TTFT on four H100s with TensorRT-LLM, whose prefill attention,
-512 tiles on 132 SMs, takes 18 % longer); before that when a causal call's compute began to
-be no less than its longest CTA's (the
-last query tile, which visits every key of its split), with the refit of every constant
-that came with it: 831 op latencies moved by 0.956-1.072x, the model runs' headline
-figures by at most 0.04 %; before that when trtllm-gen's decode kernels began to load
-whole 128-key KV tiles (``AttentionFamily.whole_kv_tiles``), with the refit of every
-constant that came with it: 831 op latencies moved by 0.885-2.064x (the largest,
-1.47-2.06x, a B200 trtllm-gen decode over one cached token at head dim 512, which now
-moves a whole tile; the rest refit), the
-model runs' headline figures by at most 0.23 %; before that when TensorRT-LLM's SM89 fp8
-context kernels took one fp8 rate per kernel build (``AttentionFamily.fp8_builds``), with
-the refit of every constant that came with it: 831 op latencies moved by 0.982-1.005x
-(refit noise: no record is a TensorRT-LLM fp8 context call on an SM89 GPU), the model runs
-by at most 0.03 %; before that when MXFP4 expert weights
+(``AttentionFamily.causal_order``), with the refit of every constant that came with it: 831
+op latencies moved by 0.921-1.015x, the model runs' headline figures by at most 0.83 %
+(Llama 3.1 70B's TTFT on four H100s with TensorRT-LLM, whose prefill attention, 512 tiles on
+132 SMs, takes 18 % longer); before that when a causal call's compute began to be no less
+than its longest CTA's (the last query tile, which visits every key of its split), with the
+refit of every constant that came with it: 831 op latencies moved by 0.956-1.072x, the model
+runs' headline figures by at most 0.04 %; before that when trtllm-gen's decode kernels began
+to load whole 128-key KV tiles (``AttentionFamily.whole_kv_tiles``), with the refit of every
+constant that came with it: 831 op latencies moved by 0.885-2.064x (the largest, 1.47-2.06x,
+a B200 trtllm-gen decode over one cached token at head dim 512, which now moves a whole
+tile; the rest refit), the model runs' headline figures by at most 0.23 %; before that when
+TensorRT-LLM's SM89 fp8 context kernels took one fp8 rate per kernel build
+(``AttentionFamily.fp8_builds``), with the refit of every constant that came with it: 831 op
+latencies moved by 0.982-1.005x (refit noise: no record is a TensorRT-LLM fp8 context call
+on an SM89 GPU), the model runs by at most 0.03 %; before that when MXFP4 expert weights
 began to run W4A8 (fp8 MMA, MXFP8 activations) on GPUs with fp4 tensor cores (the gpt-
 oss-20b model run on the B200: TTFT 26.97 → 26.74 ms; no op record moved); before that when
 the native fused attention (``flash``) began to be PyTorch's memory-efficient kernel for
@@ -53,8 +51,7 @@ value fitted for their architecture began to take their predecessor architecture
 (timing.constants.ARCH_PREDECESSOR: XQA on a B200 takes Hopper's constants, FlashAttention-2
 on an L4 Ampere's where Ada has none); before that with GEMM CTAs moving their own tiles'
 bytes at a fitted per-CTA bandwidth (and the refit that came with it), whose record took in
-the deliberate changes earlier records allowed as exceptions.
-"""
+the deliberate changes earlier records allowed as exceptions. """
 
 from __future__ import annotations
 
