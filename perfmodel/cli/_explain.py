@@ -118,6 +118,8 @@ def _detail_lines(p: Prediction) -> list[str]:
         out.append(f"KV splits {_scalar(d.pop('splits')):g}")
     if "ctas" in d:
         out.append(f"CTAs {_scalar(d.pop('ctas')):g}")
+    if "resident" in d:
+        out.append(f"{_scalar(d.pop('resident')):g} per SM")
     if "link_s" in d:
         out.append(f"link time {_fmt_us(_scalar(d.pop('link_s')))}")
     for key, value in d.items():

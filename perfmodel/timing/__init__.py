@@ -375,7 +375,7 @@ def _predict_flash(op: Attention, spec: HardwareSpec, ctx: RunContext,
         bytes_min=t["bytes_min"], peak=k.peak, bandwidth=k.bandwidth, ridge_point=_ridge(k),
         details={"impl": t["impl"], "q_tile": t["q_tile"], "kv_tile": t["kv_tile"],
                  "splits": t["splits"],
-                 "ctas": t["ctas"], "kernels": t["launches"],
+                 "ctas": t["ctas"], "resident": t["resident"], "kernels": t["launches"],
                  **({"fp8_build": t["fp8_build"]} if t["fp8_build"] else {})},
     )
     stages: list[tuple[str, Prediction]] = []

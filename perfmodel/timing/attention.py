@@ -3,7 +3,9 @@
 Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
 
 - **Tiles.** Query tile q_t rows (the family's, 128 for head dims ≤ 128; 64 where shared
-  memory cannot hold Q plus two K/V tiles). Packed GQA (decode, or short queries for
+  memory cannot hold Q plus the family's K/V tiles; a call through a paged KV cache may run
+  another kernel of the family, with its own tiles: FlashAttention-2's split-KV kernel,
+  64 rows). Packed GQA (decode, or short queries for
   FA3-class kernels) puts the G = H_q/H_kv query heads of a KV head into one tile's rows:
   a head unit then has R = G·S_q rows, else R = S_q per query head. Tiles are padded to the
   MMA granularity (16 rows): q_eff = min(q_t, 16·⌈R/16⌉). Work tiles:
@@ -22,9 +24,11 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   them (``softmax_overlap``). An fp8 KV cache read by a bf16 kernel costs ``dequant_ops``
   vector operations per loaded element.
 - **Scheduling.** Slots = SMs for persistent families, SMs × resident CTAs otherwise (1–2
-  by shared memory; a family whose launch fixes it, ``resident`` r: r per SM once the
-  base CTAs number r·SMs, else r/⌈r·SMs/base⌉ larger CTAs); compute = Σ tile work /
-  (rate · e_family · wave efficiency), with
+  by the shared memory of Q and the family's K/V stages, :func:`_tile_smem`; a family
+  whose launch fixes it, ``resident`` r: r per SM once the base CTAs number r·SMs, else
+  r/⌈r·SMs/base⌉ larger CTAs); compute = Σ tile work / (rate · e_family · wave
+  efficiency), and a call of p > 1 resident CTAs per SM with no more tiles than SMs runs
+  each tile alone at ``attn.lone_cta_share`` c of its SM (× 1/(p·c)), with
   e_family × the architecture's ``sync_mma_fraction`` for kernels written for Ampere
   (synchronous MMA) on Hopper and Blackwell, and on a device that runs its SM design's
   tensor units at a share c < 1 of their rate (H20, GeForce FP32 accumulate) e → max(e,
@@ -191,30 +195,42 @@ def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: in
     return float(next(i for i, e in enumerate(effs, 1) if e >= 0.85 * best))
 
 
-def _tile_rule(fam: AttentionFamily, arch: str, d: float, s: float,
-               smem: float) -> tuple[float, float]:
+def _tile_smem(fam: AttentionFamily, q: Any, kv: Any, d: Any, dv: Any, s: float) -> Any:
+    """Bytes of shared memory a CTA of a q×kv tile holds: the query tile and
+    :attr:`~perfmodel.timing.kernels.AttentionFamily.kv_stages` K/V tiles,
+    (q·D + stages·kv·(D + D_v))·s (or the family's
+    :attr:`~perfmodel.timing.kernels.AttentionFamily.residency_keys` in place of
+    stages·kv)."""
+    keys = fam.residency_keys if fam.residency_keys else fam.kv_stages * kv
+    return (q * d + keys * (d + dv)) * s
+
+
+def _tile_rule(fam: AttentionFamily, arch: str, d: float, s: float, smem: float,
+               paged: bool = False) -> tuple[float, float]:
     """(query rows, keys) per tile for head dim ``d``: the family's rule for the
     architecture (an architecture-agnostic rule halves its rows where shared memory cannot
-    hold Q and two K/V tiles), else 128×128 halved likewise."""
-    rule = fam.tile(arch, d, s)
+    hold the query tile and its K/V tiles, :func:`_tile_smem`), else 128×128 halved
+    likewise; ``paged``: a call through a paged KV cache."""
+    rule = fam.tile(arch, d, s, paged)
     if rule is None:
         kv = 128.0
-        return (128.0 if (128.0 * d + 2.0 * kv * (d + d)) * s <= smem else 64.0), kv
+        return (128.0 if _tile_smem(fam, 128.0, kv, d, d, s) <= smem else 64.0), kv
     q, kv = rule
-    if not fam.arch_tiles and (q * d + 2.0 * kv * (d + d)) * s > smem:
+    if not fam.arch_tiles and _tile_smem(fam, q, kv, d, d, s) > smem:
         q = q / 2.0  # an architecture-agnostic rule: the kernel's smaller-SRAM variant
     return q, kv
 
 
-def _tiles(fam: AttentionFamily, arch: str, d: Any, s: float, smem: float) -> tuple[Any, Any]:
+def _tiles(fam: AttentionFamily, arch: str, d: Any, s: float, smem: float,
+           paged: bool = False) -> tuple[Any, Any]:
     """:func:`_tile_rule` for a head dim or an array of them."""
     if type(d) is float:
-        return _tile_rule(fam, arch, d, s, smem)
+        return _tile_rule(fam, arch, d, s, smem, paged)
     dims = np.asarray(d, dtype=np.float64)
     q = np.full(dims.shape, 128.0)
     kv = np.full(dims.shape, 128.0)
     for val in np.unique(dims):
-        q_v, kv_v = _tile_rule(fam, arch, float(val), s, smem)
+        q_v, kv_v = _tile_rule(fam, arch, float(val), s, smem, paged)
         sel = dims == val
         q = np.where(sel, q_v, q)
         kv = np.where(sel, kv_v, kv)
@@ -288,12 +304,14 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     s = bytes_per_element(op.dtype)
     s_kv = bytes_per_element(op.kv_dtype)
     smem = k.smem_per_unit
-    q_t, kv_t = _tiles(fam, arch, d, s, smem)
+    # a call through a paged KV cache (an engine's, or the KV-cache entry point) may run
+    # another kernel of the family (AttentionFamily.paged_tiles)
+    q_t, kv_t = _tiles(fam, arch, d, s, smem, op.kv_write or impl == "paged")
     # elements of K and V a key brings in: both, or one latent vector (Attention.shared_kv);
-    # residency keeps the two-tile footprint (the kernels' allocation is not published, and
-    # a latent cache must not buy a CTA slot the same kernel over K and V does not have)
+    # residency counts K and V (a latent cache must not buy a CTA slot the same kernel over
+    # K and V does not have)
     kv_width = kv_bytes(1.0, 1.0, 1.0, d, dv, 1.0, op.shared_kv)  # elements per key
-    need = (q_t * d + 2.0 * kv_t * (d + dv)) * s
+    need = _tile_smem(fam, q_t, kv_t, d, dv, s)
     per_unit = 1.0 if fam.persistent else ops.clip(ops.floor(smem / need), 1.0, 2.0)
 
     group = heads / kv_heads
@@ -393,8 +411,16 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # that tile alone on its slot takes r·compute_raw·slots/tiles
     k_last = kv_t * ops.ceil(seq_kv / splits / kv_t)
     mean_tile = compute_raw * slots / tiles
-    longest = mean_tile * ops.maximum(k_last / k_pad, 1.0)
-    compute = ops.maximum(compute_raw / wave_eff, longest)
+    # a kernel sized to share an SM with another CTA, launched with no more tiles than
+    # SMs: each tile has an SM to itself and runs at lone_cta_share c of its rate, not 1/p
+    # (p CTAs resident per SM), so its tiles take 1/(p·c) of the shared-SM tile time
+    lone: Any = 1.0
+    if not fam.persistent and not fam.resident:
+        alone = ops.where(cuda_cores, False, (tiles <= k.units) & (per_unit > 1.0))
+        lone = ops.where(alone, ops.minimum(
+            1.0 / (per_unit * consts["attn.lone_cta_share"]), 1.0), 1.0)
+    longest = mean_tile * lone * ops.maximum(k_last / k_pad, 1.0)
+    compute = ops.maximum(compute_raw / wave_eff * lone, longest)
     if op.causal and fam.causal_order == "in_order":
         # tiles of unequal lengths started in launch order, each sequence's shortest first,
         # by whichever slot frees first: the last to start is a longest one, when the other
@@ -463,9 +489,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     flops = 2.0 * batch * heads * pairs(seq_q, seq_kv, op.causal, ops) * (d + dv)
     return {"latency_s": latency, "compute_s": compute, "memory_s": memory,
             "overhead_s": overhead, "bytes": traffic, "launches": launches, "q_tile": q_eff,
-            "kv_tile": kv_t,
-            "splits": splits, "ctas": tiles, "impl": impl, "useful_flops": flops,
-            "bytes_min": bytes_min,
+            "kv_tile": kv_t, "splits": splits, "ctas": tiles, "resident": per_unit,
+            "impl": impl, "useful_flops": flops, "bytes_min": bytes_min,
             "fp8_build": fp8_build}
 
 

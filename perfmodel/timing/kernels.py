@@ -282,6 +282,31 @@ class AttentionFamily:
         measured inherits). False for kernels a compiler generates from a high-level
         language (Triton): their rates and conversion costs are that compiler's code
         generation, not what the class's hand-written CUDA kernels of that design run at.
+    kv_stages:
+        K/V tiles its shared memory holds at once, which with the query tile sets how many
+        CTAs are resident per SM and whether an architecture-agnostic tile rule halves its
+        rows: 1 for FlashAttention-2 (flash-attn ``kernel_traits.h``: its shared memory is
+        the Q tile plus one K tile and one V tile, ``kSmemKVSize = size(SmemLayoutKV) · 2 ·
+        sizeof(Element)``; ``flash_fwd_launch_template.h``: "128 x 32 (48 KB smem) ... we
+        get 2 CTAs per SM" at head dim 128), FlashAttention-3's SM8x build (its
+        ``tile_size_fwd_sm8x``: kStages 1) and FlashInfer's templates (``prefill.cuh``: one
+        q_smem, k_smem and v_smem tile); 2, double-buffered, where the allocation is not
+        read (the default).
+    residency_keys:
+        Keys of K and V per CTA that the launch's residency test counts, where the kernel
+        sizes its KV tile after choosing how many CTAs share an SM: FlashInfer's prefill
+        launchers (``prefill.cuh``: two CTAs per SM when twice (the query tile + one 16-key
+        K/V slice per KV warp) fits the SM's shared memory, the KV tile then from the half
+        left) count 16. 0: :attr:`kv_stages` whole K/V tiles of the chosen size.
+    paged_tiles:
+        The tile choices of the kernel that runs when the call reads its keys through a
+        paged KV cache's block table (an engine call, ``Attention.kv_write``, or the
+        ``paged`` family), tried instead of :attr:`tiles`; empty: the same kernel.
+        FlashAttention-2 runs its split-KV kernel then, whatever the split count
+        (flash-attn ``flash_api.cpp``: ``run_mha_fwd(params, stream,
+        /*force_split_kernel=*/paged_KV)`` in its varlen entry point, which vLLM calls with
+        the block table), 64 query rows for every head dim and 256 / 128 / 64 keys to head
+        dim 64 / 128 / above (``run_mha_fwd_splitkv_dispatch``).
     resident:
         CTAs of the kernel's base size resident per SM where its launch, not its shared
         memory, sets residency (TensorRT-LLM's masked-MHA kernel: 256-thread CTAs, 32 warps
@@ -316,6 +341,9 @@ class AttentionFamily:
     fp8_builds: tuple[tuple[tuple[str, ...], float, str], ...] = ()
     whole_kv_tiles: bool = False
     causal_order: str = "longest_first"
+    kv_stages: float = 2.0
+    residency_keys: float = 0.0
+    paged_tiles: tuple[TileRule, ...] = ()
 
     def __post_init__(self) -> None:
         if self.causal_order not in CAUSAL_ORDERS:
@@ -327,12 +355,18 @@ class AttentionFamily:
         """Whether the tile rules name architectures (sized for each one already)."""
         return any(archs for archs, _, _, _ in self.tiles + self.fp8_tiles)
 
-    def tile(self, arch: str, head_dim: float,
-             element_size: float = 2.0) -> tuple[float, float] | None:
+    def tile(self, arch: str, head_dim: float, element_size: float = 2.0,
+             paged: bool = False) -> tuple[float, float] | None:
         """(query rows, keys) of the tile for ``arch`` and ``head_dim`` (and the kernel's
-        element size in bytes: one selects :attr:`fp8_tiles` first); None: the default
-        rule."""
-        rules = self.fp8_tiles + self.tiles if element_size == 1.0 else self.tiles
+        element size in bytes: one selects :attr:`fp8_tiles` first; ``paged``: a call
+        through a paged KV cache, :attr:`paged_tiles` where the family has them); None:
+        the default rule."""
+        if paged and self.paged_tiles:
+            rules = self.paged_tiles
+        elif element_size == 1.0:
+            rules = self.fp8_tiles + self.tiles
+        else:
+            rules = self.tiles
         for archs, max_d, q, kv in rules:
             if (not archs or arch in archs) and head_dim <= max_d:
                 return q, kv
@@ -377,10 +411,12 @@ _FA2_ROWS = "; at least 64 query rows per CTA (flash_fwd_launch_template.h: the 
             "kernel's kBlockM = 64 for every head dim, the forward kernels' 64 or 128); " \
             "splits by flash_api.cpp's num_splits_heuristic over 2 x SMs slots, KV blocks of " \
             "256 / 128 / 64 keys for head dims to 64 / 128 / above, at most 128 splits"
+_ANY: tuple[str, ...] = ()
 #: The traits FlashAttention-2's two entry points share (its split-KV kernel and heuristic).
 _FA2_SPLIT: dict[str, Any] = {
     "min_rows": 64.0, "split_slots": 2.0, "max_splits": 128.0,
-    "split_block": ((64.0, 256.0), (128.0, 128.0), (1e9, 64.0)),
+    "split_block": ((64.0, 256.0), (128.0, 128.0), (1e9, 64.0)), "kv_stages": 1.0,
+    "paged_tiles": ((_ANY, 64, 64, 256), (_ANY, 128, 64, 128), (_ANY, 1e9, 64, 64)),
 }
 _SYNC = "; synchronous MMA (mma.sync): on Hopper and Blackwell at the architecture's " \
         "sync_mma_fraction of the dense rate"
@@ -396,7 +432,6 @@ def _order_measured(before: str, after: str) -> str:
             f"with the tiles' work spread evenly, {after} with a greedy in-order dispatch)")
 
 
-_ANY: tuple[str, ...] = ()
 _BIG_D = "head dims above 256 take 64-row tiles: a 128-row fp32 output accumulator of " \
          "d 512 is 256 KiB, all of a Blackwell SM's tensor memory (or a Hopper SM's " \
          "register file)"
@@ -426,8 +461,12 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "num_splits_heuristic over the SM count (not twice it) for any group "
                     "size, at most 128 splits, and 128-row query tiles (tile_size_fwd_sm8x), "
                     "so a decode tile of G packed query heads costs 128 rows of MMA work. "
-                    "Tile shapes otherwise FlashAttention-2's (an assumption)" + _SYNC,
-                    sync_mma=True, kin=("flash2",), max_splits=128.0, min_rows=128.0),
+                    "Tile shapes otherwise FlashAttention-2's (an assumption); one K/V stage "
+                    "(tile_size_fwd_sm8x returns kStages 1 to head dim 128 and above 192, 2 "
+                    "for 129-192 on SM80 only; with 4 warps, 128 threads, its kernel asks "
+                    "for two CTAs per SM: MinBlocksPerMultiprocessor)" + _SYNC,
+                    sync_mma=True, kin=("flash2",), max_splits=128.0, min_rows=128.0,
+                    kv_stages=1.0),
     AttentionFamily("flash4", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)), "short",
                     "auto", "FlashAttention-4 (CuTe DSL, Blackwell-first): persistent, "
                     "warp-specialised, its matrix work on tcgen05 into tensor memory "
@@ -551,8 +590,8 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "of its own, which FA2's do not describe (held out, L40S's FlashInfer "
                     "rows predicted with FA2's Ampere per-CTA bandwidth were 1.2-1.45x slow on "
                     "caches above 0.1 GB)",
-                    cuda_core_decode=True, kin=("flash2",),
-                    kin_excludes=("cta_bandwidth", "decode_tile_s")),
+                    cuda_core_decode=True, kin=("flash2",), kv_stages=1.0,
+                    residency_keys=16.0, kin_excludes=("cta_bandwidth", "decode_tile_s")),
     AttentionFamily("flashinfer-sm100", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
                     "short", "auto",
                     "FlashInfer's Blackwell (SM100) attention backends, which SGLang's "
@@ -694,6 +733,19 @@ register(Param("attn.tile_dim_share", 0.0, 0.0, 1.0, "fraction",
                "first loads, scheduling) is not. t_tile(D, D_v) = tile_s·(1 − w + "
                "w·(D + D_v)/256). Prior: 0 (tile time independent of the head dims).",
                "linear"))
+
+
+#: How fast a CTA runs alone on an SM, for a kernel whose shared memory lets two share one.
+register(Param("attn.lone_cta_share", 0.75, 0.5, 1.0, "fraction of the SM",
+               "share c of an SM's attention rate that one CTA of a resident (not "
+               "persistent) kernel reaches when it has the SM to itself, for a kernel whose "
+               "shared memory fits two CTAs per SM: a 4-warp FlashAttention-2 CTA holds one "
+               "warp per SM sub-partition, which cannot hide its own MMA and shared-memory "
+               "latencies as two CTAs' warps hide each other's. A call with no more tiles "
+               "than SMs runs its tiles at c of the SM's rate, not the 1/2 each gets when "
+               "two share it. Prior: 0.75, halfway between a CTA's share with two per SM "
+               "(0.5) and the whole SM (1): from 0.5, the old rule's value, the fit stayed "
+               "at 0.55 where its rows score best near 0.75.", "linear"))
 
 
 #: The share of a decode tile's non-overlapped time that grows with the query rows it
