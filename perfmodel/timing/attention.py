@@ -195,6 +195,31 @@ def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: in
     return float(next(i for i, e in enumerate(effs, 1) if e >= 0.85 * best))
 
 
+#: TensorRT-LLM's multi-block constants (decoderXQAConstants.h): keys per block at least,
+#: waves of CTAs at most, sub-sequences its workspace holds.
+TRTLLM_MIN_KEYS_PER_BLOCK = 128.0
+TRTLLM_TARGET_WAVES = 8.0
+TRTLLM_MAX_SUB_SEQ = 6000.0
+
+
+def trtllm_multi_block(base_ctas: Any, seq_kv: Any, batch: Any, units: int,
+                       ops: Ops = VECTOR) -> Any:
+    """Blocks per (sequence, KV head) that TensorRT-LLM's XQA multi-block mode launches
+    (``computeMultiBlockCount``, decoderXQAImplCommon): n₀ = max(⌊S_kv/128⌋, 1) keys of
+    history per block at least, n₁ = min(n₀, round(√(8·n₀))) so that the combine does not
+    dominate, then scaled down to at most 8 waves, n₂ = ⌊n₁/(w/8)⌋ where
+    w = CTAs·n₁/SMs > 8, and at most 6000 sub-sequences in its workspace,
+    n = max(min(n₂, ⌊6000/B⌋), 1). ``base_ctas``: the CTAs of one block per (sequence, KV
+    head)."""
+    n0 = ops.maximum(ops.floor(seq_kv / TRTLLM_MIN_KEYS_PER_BLOCK), 1.0)
+    # C++ std::round rounds halves away from zero; √(8·n) is never a half for integer n
+    n1 = ops.minimum(n0, ops.round(ops.sqrt(8.0 * n0)))
+    waves = base_ctas * n1 / units
+    n2 = ops.where(waves > TRTLLM_TARGET_WAVES,
+                   ops.floor(n1 * TRTLLM_TARGET_WAVES / ops.maximum(waves, 1e-30)), n1)
+    return ops.maximum(ops.minimum(n2, ops.floor(TRTLLM_MAX_SUB_SEQ / batch)), 1.0)
+
+
 def _tile_smem(fam: AttentionFamily, q: Any, kv: Any, d: Any, dv: Any, s: float) -> Any:
     """Bytes of shared memory a CTA of a q×kv tile holds: the query tile and
     :attr:`~perfmodel.timing.kernels.AttentionFamily.kv_stages` K/V tiles,
@@ -357,11 +382,15 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         slots = k.units * per_unit
     if op.num_splits not in ("auto", "gqa"):
         splits = 0.0 * base + float(op.num_splits)
-    elif fam.split_kv == "auto" and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):
-        splits = ops.minimum(auto_splits(base, seq_kv, int(k.units * fam.split_slots),
-                                         max(64, int(fam.max_splits)),
-                                         fam.split_keys(d, ops)),
-                             fam.max_splits)
+    elif fam.split_kv in ("auto", "trtllm") \
+            and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):
+        if fam.split_kv == "trtllm":
+            splits = trtllm_multi_block(base, seq_kv, batch, k.units, ops)
+        else:
+            splits = ops.minimum(auto_splits(base, seq_kv, int(k.units * fam.split_slots),
+                                             max(64, int(fam.max_splits)),
+                                             fam.split_keys(d, ops)),
+                                 fam.max_splits)
         if op.num_splits == "gqa":
             splits = ops.where(packed, ops.where(group > 1, splits, 1.0), 1.0)
         splits = ops.where(fallback, 1.0, splits)
@@ -417,8 +446,11 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     lone: Any = 1.0
     if not fam.persistent and not fam.resident:
         alone = ops.where(cuda_cores, False, (tiles <= k.units) & (per_unit > 1.0))
-        lone = ops.where(alone, ops.minimum(
-            1.0 / (per_unit * consts["attn.lone_cta_share"]), 1.0), 1.0)
+        # a decode tile (one query token, its G heads padded to the MMA rows) keeps its own
+        # share: its CTA streams keys through one K/V stage with little matrix work each
+        share = consts["attn.lone_cta_share"] if context_kernel else ops.where(
+            seq_q == 1, consts["attn.lone_decode_share"], consts["attn.lone_cta_share"])
+        lone = ops.where(alone, ops.minimum(1.0 / (per_unit * share), 1.0), 1.0)
     longest = mean_tile * lone * ops.maximum(k_last / k_pad, 1.0)
     compute = ops.maximum(compute_raw / wave_eff * lone, longest)
     if op.causal and fam.causal_order == "in_order":

@@ -208,7 +208,9 @@ class AttentionFamily:
         :func:`perfmodel.timing.attention._pack_pays`), ``never``.
     split_kv:
         ``auto``: split the keys over extra CTAs when the tiles do not fill the device (a
-        combine kernel merges the partial results); ``none``.
+        combine kernel merges the partial results); ``trtllm``: TensorRT-LLM's multi-block
+        rule, whatever the fill (:func:`perfmodel.timing.attention.trtllm_multi_block`);
+        ``none``.
     max_splits:
         Most splits of one (sequence, head) the kernel uses.
     max_group:
@@ -519,9 +521,11 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "peak) and was predicted 2.4x too slow on long fp8 prompts"
                     + _order_measured("0.74-0.94 (H100)", "1.05-1.09"),
                     kin=("flash3",), causal_order="in_order"),
-    AttentionFamily("xqa", False, ((_ANY, 1e9, 64, 64),), "decode", "auto",
+    AttentionFamily("xqa", False, ((_ANY, 1e9, 64, 64),), "decode", "trtllm",
                     "TensorRT-LLM XQA decode kernels: the query heads of a KV group share "
-                    "one CTA (cross-query), multi-block mode splits long KV. Observed in "
+                    "one CTA (cross-query), multi-block mode splits long KV by TensorRT-LLM's "
+                    "own rule (computeMultiBlockCount: a block per 128 keys of history, at "
+                    "most round(sqrt(8n)) of them, cut to 8 waves of CTAs). Observed in "
                     "AIConfigurator's database (TRT-LLM 1.0-1.3): groups of more than 32 query "
                     "heads per KV head run the masked-MHA fallback at 20-80 GB/s on every GPU, "
                     "and on SM89 an fp8 cache with grouped heads is read by one CTA per "
@@ -746,6 +750,13 @@ register(Param("attn.lone_cta_share", 0.75, 0.5, 1.0, "fraction of the SM",
                "two share it. Prior: 0.75, halfway between a CTA's share with two per SM "
                "(0.5) and the whole SM (1): from 0.5, the old rule's value, the fit stayed "
                "at 0.55 where its rows score best near 0.75.", "linear"))
+register(Param("attn.lone_decode_share", 0.75, 0.5, 1.0, "fraction of the SM",
+               "attn.lone_cta_share for a decode tile (one query token): the share c of an "
+               "SM's attention rate that a lone CTA of a resident kernel reaches on a "
+               "one-token query, whose tile holds the G query heads of a KV head padded to "
+               "the MMA rows and streams its keys with little matrix work per key, so its "
+               "latency hiding need not be a prefill tile's. Prior: 0.75, as "
+               "attn.lone_cta_share's.", "linear"))
 
 
 #: The share of a decode tile's non-overlapped time that grows with the query rows it
