@@ -113,3 +113,29 @@ def test_more_heads_never_take_less_time_across_the_sm_count() -> None:
     times = [_compute(h, consts) for h in range(units - 4, units + 5)]
     assert all(b >= a * (1.0 - 1e-12) for a, b in itertools.pairwise(times))
     assert times[-1] > 1.5 * times[0]  # the step where SMs start to hold two
+
+
+def _decode_compute(heads: int, consts: Constants) -> float:
+    """Compute part of a one-token decode over 16,384 keys per head, unsplit, through the
+    paged cache: one CTA per head (64-row split-kernel tiles, two per SM on an A100)."""
+    op = pm.Attention(batch=1, heads=heads, kv_heads=heads, seq_q=1, seq_kv=16384,
+                      head_dim=128, dtype="bf16", impl="flash2", num_splits=1, kv_write=True)
+    return float(predict(op, "a100-80gb-sxm", context=CTX, constants=consts).compute_s)
+
+
+@pytest.mark.parametrize("share", [0.5, 0.85, 1.0])
+def test_a_decode_tile_alone_takes_the_decode_share(share: float) -> None:
+    units = pm.load_hardware("a100-80gb-sxm").compute.units
+    consts = Constants().with_values({"attn.lone_decode_share": share,
+                                      "attn.lone_cta_share": 0.6}, "test")
+    alone = _decode_compute(units, consts)
+    shared = _decode_compute(2 * units, consts)
+    assert alone / shared == pytest.approx(1.0 / (2.0 * share), rel=1e-9)
+    # the prefill share does not reach a decode tile, nor the decode share a prefill tile
+    other = Constants().with_values({"attn.lone_decode_share": share,
+                                     "attn.lone_cta_share": 0.9}, "test")
+    assert _decode_compute(units, other) == alone
+    assert _compute(units, other) != _compute(units, consts)
+    assert _compute(units, consts) == _compute(
+        units, Constants().with_values({"attn.lone_decode_share": 0.55,
+                                        "attn.lone_cta_share": 0.6}, "test"))
