@@ -16,7 +16,9 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   resident CTAs as its shared memory allows (at most 4).
 - **Split-KV** (``auto`` families): when T₀ does not fill the device, the keys are split
   over s CTAs (the smallest s reaching 85 % of the best wave efficiency, as FlashAttention
-  chooses), plus a combine kernel and fp32 partial outputs: T = T₀·s tiles.
+  chooses), plus a combine kernel and fp32 partial outputs: T = T₀·s tiles. TensorRT-LLM's
+  XQA (``trtllm`` families) splits by its own multi-block rule instead
+  (:func:`trtllm_multi_block`).
 - **Work per tile.** Keys a tile visits k̄ = computed pairs per row / s (causal: with the
   whole diagonal tiles), padded to the key tile: k_pad = kv_t·⌈k̄/kv_t⌉. Matrix FLOPs
   2·q_eff·k_pad·(D + D_v) per tile; softmax q_eff·k_pad exponentials (special-function
@@ -28,7 +30,8 @@ Kernel model (the family's traits: :mod:`perfmodel.timing.kernels`):
   whose launch fixes it, ``resident`` r: r per SM once the base CTAs number r·SMs, else
   r/⌈r·SMs/base⌉ larger CTAs); compute = Σ tile work / (rate · e_family · wave
   efficiency), and a call of p > 1 resident CTAs per SM with no more tiles than SMs runs
-  each tile alone at ``attn.lone_cta_share`` c of its SM (× 1/(p·c)), with
+  each tile alone at ``attn.lone_cta_share`` c of its SM (× 1/(p·c); a decode tile at
+  ``attn.lone_decode_share``), with
   e_family × the architecture's ``sync_mma_fraction`` for kernels written for Ampere
   (synchronous MMA) on Hopper and Blackwell, and on a device that runs its SM design's
   tensor units at a share c < 1 of their rate (H20, GeForce FP32 accumulate) e → max(e,
