@@ -165,7 +165,11 @@ def test_loose_targets_give_the_replica_throughput_not_a_burst_rate() -> None:
     assert (o.replicas, o.gpus) == (1, 8)
     saturated = simulate("llama-2-7b", "h100-sxm", closed_loop(4096, 20000, 512, 64), tp=8)
     throughput = 20000 / saturated.duration_s
-    assert 0.85 * throughput <= o.requests_per_s_per_replica <= throughput
+    # the planner reports what its run completes (its keep-up test passes a rate whose
+    # completions fall short of the sends by up to 3 %); that run's steady state and the
+    # closed loop's average, start-up and drain included, differ by about as much (stop 48:
+    # 208.9 against 205.8 requests/s, the closed loop's own steady state 206.4)
+    assert 0.85 * throughput <= o.requests_per_s_per_replica <= 1.03 * throughput
     assert 0.0 < o.tokens_per_s_per_gpu < math.inf
 
 
