@@ -355,6 +355,7 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # a prefill call of a family with a context kernel of its own runs that kernel, which
     # does not pack heads, even for one-token prompts
     context_kernel = op.phase == "prefill" and not fam.prefill_packs
+    decode_kernel = never if context_kernel else seq_q == 1
     if context_kernel:
         packed = never
     elif fam.pack_gqa == "short":
@@ -451,8 +452,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         alone = ops.where(cuda_cores, False, (tiles <= k.units) & (per_unit > 1.0))
         # a decode tile (one query token, its G heads padded to the MMA rows) keeps its own
         # share: its CTA streams keys through one K/V stage with little matrix work each
-        share = consts["attn.lone_cta_share"] if context_kernel else ops.where(
-            seq_q == 1, consts["attn.lone_decode_share"], consts["attn.lone_cta_share"])
+        share = ops.where(decode_kernel, consts["attn.lone_decode_share"],
+                          consts["attn.lone_cta_share"])
         lone = ops.where(alone, ops.minimum(1.0 / (per_unit * share), 1.0), 1.0)
     longest = mean_tile * lone * ops.maximum(k_last / k_pad, 1.0)
     compute = ops.maximum(compute_raw / wave_eff * lone, longest)
@@ -474,7 +475,6 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     # the fallback kernel of an over-large group reads each KV head once per query head
     kv = kv_bytes(batch, kv_heads, seq_kv, d, dv, s_kv, op.shared_kv)
     traffic = traffic + ops.where(fallback, (group - 1.0) * kv, 0.0) + partial
-    decode_kernel = never if context_kernel else seq_q == 1
     if fam.whole_kv_tiles:
         # a decode kernel that loads whole KV tiles moves the keys past each split's end
         # up to its last tile's: per (sequence, KV head unit) splits·k_pad − S_kv keys more
