@@ -78,10 +78,12 @@ def test_flashinfer_counts_a_16_key_slice(d: int, resident: int) -> None:
     assert _details("flashinfer", "l40s", d)["resident"] == resident
 
 
-def _compute(heads: int, consts: Constants, impl: str = "flash2", d: int = 128) -> float:
-    """Compute part of a one-query-tile call (64 rows over 4,096 keys per head), unsplit,
-    through the paged cache: one CTA per head."""
-    op = pm.Attention(batch=1, heads=heads, kv_heads=heads, seq_q=64, seq_kv=4096,
+def _compute(heads: int, consts: Constants, impl: str = "flash2", d: int = 128,
+             seq_q: int = 64, seq_kv: int = 4096) -> float:
+    """Compute part of a one-query-tile call (64 rows over 4,096 keys per head, or a
+    one-token decode: ``seq_q`` 1), unsplit, through the paged cache: one CTA per head
+    (64-row split-kernel tiles at head dim 128, two per SM on an A100)."""
+    op = pm.Attention(batch=1, heads=heads, kv_heads=heads, seq_q=seq_q, seq_kv=seq_kv,
                       head_dim=d, dtype="bf16", impl=impl, num_splits=1, kv_write=True)
     return float(predict(op, "a100-80gb-sxm", context=CTX, constants=consts).compute_s)
 
@@ -116,11 +118,8 @@ def test_more_heads_never_take_less_time_across_the_sm_count() -> None:
 
 
 def _decode_compute(heads: int, consts: Constants) -> float:
-    """Compute part of a one-token decode over 16,384 keys per head, unsplit, through the
-    paged cache: one CTA per head (64-row split-kernel tiles, two per SM on an A100)."""
-    op = pm.Attention(batch=1, heads=heads, kv_heads=heads, seq_q=1, seq_kv=16384,
-                      head_dim=128, dtype="bf16", impl="flash2", num_splits=1, kv_write=True)
-    return float(predict(op, "a100-80gb-sxm", context=CTX, constants=consts).compute_s)
+    """:func:`_compute` of a one-token decode over 16,384 keys per head."""
+    return _compute(heads, consts, seq_q=1, seq_kv=16384)
 
 
 @pytest.mark.parametrize("share", [0.5, 0.85, 1.0])
