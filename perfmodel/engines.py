@@ -217,14 +217,15 @@ _VARLEN_SPLITS = "gqa"
 # --------------------------------------------------------------------------- attention
 def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0,
                      kv_dtype: str = "bf16", group: float = 0.0,
-                     sinks: bool = False) -> AttentionChoice:
+                     sinks: bool = False, xqa_pays: bool = True) -> AttentionChoice:
     """The attention kernel ``engine`` runs on ``arch`` for ``phase`` (prefill/decode).
 
     TRT-LLM (Ampere and later only: an error before; vLLM and SGLang from Turing on,
     :data:`_ENGINE_FLOORS`): fmha_v2 context kernels and XQA
     decode before Blackwell (its masked-MHA kernel when ``group``, the query heads per KV
-    head, is 1), trtllm-gen on Blackwell; decode with more than 32 query heads per KV head
-    runs masked MHA everywhere;
+    head, is 1, or where XQA would not pay, ``xqa_pays`` False: :func:`trtllm_xqa_pays`,
+    unless the cache is fp8), trtllm-gen on Blackwell; decode with more than 32 query heads
+    per KV head runs masked MHA everywhere;
     vLLM: FlashAttention-2 on Ampere, Ada and SM120 (Triton on Turing), FA3 on Hopper
     (FA4 for head dim 512), FlashInfer's trtllm-gen kernels on Blackwell, FlashInfer with an
     fp8 cache where it would run FlashAttention-2;
@@ -242,7 +243,7 @@ def attention_kernel(engine: str, arch: str, phase: str, head_dim: float = 128.0
         return AttentionChoice("flash", kv_write=False, source="engine-neutral default")
     if not _nvidia(eng, arch):
         return AttentionChoice("flash", source=_NOT_NVIDIA)
-    choice = _attention_kernel(eng, arch, decode, head_dim, kv_dtype, group)
+    choice = _attention_kernel(eng, arch, decode, head_dim, kv_dtype, group, xqa_pays)
     if sinks and eng in _SINKS_TRITON and choice.impl in ("flash2", "flashinfer"):
         choice = AttentionChoice("triton", source=_SINKS_TRITON[eng])
     if kv_dtype == "fp8" and _fp8_compute(eng, arch, decode, choice.impl):
@@ -269,7 +270,7 @@ def _fp8_compute(engine: str, arch: str, decode: bool, impl: str) -> bool:
 
 
 def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dtype: str,
-                      group: float) -> AttentionChoice:
+                      group: float, xqa_pays: bool = True) -> AttentionChoice:
     """:func:`attention_kernel` of a named engine, before the compute dtype."""
     blackwell = arch in ("blackwell",)
     if eng == "trtllm":
@@ -280,6 +281,8 @@ def _attention_kernel(eng: str, arch: str, decode: bool, head_dim: float, kv_dty
             return AttentionChoice("trtllm-gen", rope=not decode, source=_AIC)
         if decode and group == 1.0:  # one query head per KV head: the masked-MHA kernel
             return AttentionChoice("mmha", source=_AIC + "; XQA serves grouped heads only")
+        if decode and not xqa_pays and kv_dtype != "fp8":
+            return AttentionChoice("mmha", source=_XQA_GAIN)
         return AttentionChoice("xqa" if decode else "fmha-v2", rope=not decode, source=_AIC)
     if eng == "vllm":
         if blackwell:
@@ -417,6 +420,29 @@ _ENGINE_FLOORS: tuple[tuple[str, frozenset[str], str, str], ...] = (
 #: 96 query heads over 2 keys, against 0.17 ms with 4 KV heads, 24 per group).
 _TRTLLM_MAX_GROUP = 32.0
 
+#: TensorRT-LLM's XQA constants (decoderXQAConstants.h): keys of history per multi-block
+#: block at least (``kMinHistoryTokensPerBlock``), and how many XQA blocks per SM a decode
+#: call needs before XQA is expected to pay (``kEnableMinBlockFactor``).
+TRTLLM_MIN_KEYS_PER_BLOCK = 128.0
+TRTLLM_XQA_MIN_BLOCK_FACTOR = 4.0
+_XQA_GAIN = "TensorRT-LLM's XQA dispatch (DecoderXQARunner::mayHavePerfGain, shouldUse): " \
+    "masked MHA where KV heads x sequences x max(1, keys // 128) x 4 < SMs, over a 16-bit " \
+    "cache (an fp8 cache always takes XQA)"
+
+
+def trtllm_xqa_pays(batch: Any, kv_heads: Any, seq_kv: Any, units: int) -> Any:
+    """Whether TensorRT-LLM's XQA dispatch expects a gain for a decode call of ``batch``
+    sequences of ``seq_kv`` keys over ``kv_heads`` KV heads on a GPU of ``units`` SMs
+    (``DecoderXQARunner::mayHavePerfGain`` with multi-block mode on, its default):
+    H_kv·B·max(1, ⌊S_kv/128⌋)·4 ≥ SMs. Arrays in, a bool array out; where it fails,
+    :func:`attention_kernel` takes ``xqa_pays=False`` (masked MHA over a 16-bit cache)."""
+    import numpy as np  # `import perfmodel` does not load numpy: only when used
+
+    blocks = np.maximum(np.floor(np.asarray(seq_kv, dtype=np.float64)
+                                 / TRTLLM_MIN_KEYS_PER_BLOCK), 1.0)
+    work = np.asarray(kv_heads, dtype=np.float64) * np.asarray(batch, dtype=np.float64) * blocks
+    return work * TRTLLM_XQA_MIN_BLOCK_FACTOR >= float(units)
+
 #: SGLang's FlashInfer backend asks for the tensor-core decode kernel over a 16-bit cache
 #: only when a KV head has at least 4 query heads (flashinfer_backend.py
 #: ``should_use_tensor_core``; always over an fp8 cache); vLLM's always uses it.
@@ -437,10 +463,10 @@ _ATTN_LABELS = {
 
 def attention_kernel_for_label(engine: str, label: str, arch: str, phase: str,
                                head_dim: float = 128.0, kv_dtype: str = "bf16",
-                               group: float = 0.0) -> AttentionChoice:
+                               group: float = 0.0, xqa_pays: bool = True) -> AttentionChoice:
     """The choice for a call whose dispatched kernel was recorded as ``label``; an empty
     or engine-generic label falls back to :func:`attention_kernel`."""
-    base = attention_kernel(engine, arch, phase, head_dim, kv_dtype, group)
+    base = attention_kernel(engine, arch, phase, head_dim, kv_dtype, group, xqa_pays=xqa_pays)
     impl = _ATTN_LABELS.get(label.strip().lower())
     if impl == "flashinfer" and arch == "blackwell":
         impl = "flashinfer-sm100"  # FlashInfer's Blackwell backends, not its FA2 templates

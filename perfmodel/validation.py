@@ -22,7 +22,12 @@ import numpy.typing as npt
 
 from perfmodel._errors import PerfmodelError
 from perfmodel.dtypes import normalize_dtype
-from perfmodel.engines import attention_kernel_for_label, gemm_dispatch, gemm_kernel_for_label
+from perfmodel.engines import (
+    attention_kernel_for_label,
+    gemm_dispatch,
+    gemm_kernel_for_label,
+    trtllm_xqa_pays,
+)
 from perfmodel.hardware.catalog import load_hardware, resolve_id
 from perfmodel.hardware.spec import HardwareSpec, spec_fitted_sources
 from perfmodel.measurements import (
@@ -348,8 +353,9 @@ def stream_op(op: str, dtype: str, m: Any, n: Any = 1) -> StreamOp:
     return built
 
 
-def _batch_key(row: Measurement) -> tuple[Any, ...]:
-    """Everything besides the shape that decides how a row is predicted."""
+def _batch_key(row: Measurement, units: int = 0) -> tuple[Any, ...]:
+    """Everything besides the shape that decides how a row is predicted (``units``: the SMs
+    of the row's GPU, 0 where not known, for TensorRT-LLM's decode dispatch)."""
     labels = (row.timing, row.engine, row.kernel, row.quant, row.out_dtype, row.kv_dtype,
               row.kv_layout)
     if row.op == "allreduce":  # NCCL's own choice when the row names NCCL, else an engine's
@@ -361,11 +367,16 @@ def _batch_key(row: Measurement) -> tuple[Any, ...]:
                 row.impl.lower(), *labels)
     path, splits, _ = kernel_path(row.impl, row.phase)
     # an engine may dispatch another kernel when each KV head has one query head, or more
-    # than 32 (TensorRT-LLM's masked-MHA fallbacks): rows are batched by that band
+    # than 32, or a decode call has too few XQA blocks for the SMs (TensorRT-LLM's
+    # masked-MHA fallbacks): rows are batched by that band
     band = 0
     if row.engine and row.heads:
         group = row.heads / (row.kv_heads or row.heads)
         band = 1 if group == 1 else (3 if group > 32 else 2)
+        if band == 2 and units and row.engine == "trtllm" and (row.seq_q or 1) == 1 \
+                and not bool(trtllm_xqa_pays(row.batch or 1, row.kv_heads or row.heads,
+                                             row.seq_kv or 1, units)):
+            band = 4
     return (row.op, row.dtype, row.causal, path, splits, row.phase, band, *labels)
 
 
@@ -443,7 +454,7 @@ def _build(rows: Sequence[Measurement], key: tuple[Any, ...], dtype: str,
                                           first.phase, float(np.max(head_dim)),
                                           first.kv_dtype or dtype,
                                           float(np.max(sizes["heads"] / sizes["kv_heads"]))
-                                          if key[6] else 0.0)
+                                          if key[6] else 0.0, xqa_pays=key[6] != 4)
         impl, kv_write, rope = attn.impl, attn.kv_write, attn.rope
         splits, tc_group = attn.num_splits, attn.tensor_core_min_group
         rule = (f"{first.engine} {impl}" + (" + KV write" if kv_write else "")
@@ -671,6 +682,7 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
     fixed = load_hardware(hw) if hw is not None else None
     grouped: dict[tuple[Any, ...], list[Measurement]] = defaultdict(list)
     ids: dict[str, str] = {}  # a row's spec as written -> the bundled id it names
+    units: dict[str, int] = {}  # bundled id -> its SMs
     for row in rows:
         if not include_suspect and is_suspect(row.notes):
             skipped.append((row.row, "notes say SUSPECT: implied FLOP/s above the device's "
@@ -680,7 +692,12 @@ def prepare(records: MeasurementSet | str | Path | Iterable[Measurement],
             skipped.append((row.row, "no spec column and no --gpu given"))
             continue
         spec_id = _spec_id(row.spec, ids) if fixed is None else fixed.id
-        grouped[(spec_id,) + _batch_key(row)].append(row)  # noqa: RUF005
+        if spec_id not in units:
+            try:
+                units[spec_id] = (fixed or load_hardware(spec_id)).compute.units
+            except PerfmodelError:  # reported with the batch below
+                units[spec_id] = 0
+        grouped[(spec_id,) + _batch_key(row, units[spec_id])].append(row)  # noqa: RUF005
 
     kept: list[Measurement] = []
     kept_specs: list[str] = []

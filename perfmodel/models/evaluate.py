@@ -52,6 +52,7 @@ from perfmodel.engines import (
     gemm_kernel_for_rows,
     gemm_rows_bound,
     normalize_engine,
+    trtllm_xqa_pays,
 )
 from perfmodel.hardware.spec import HardwareSpec
 from perfmodel.models.graph import GraphOp
@@ -392,13 +393,14 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
                 block_scales: bool = False) -> list[tuple[GraphOp, str | None]]:
     """``g`` as ``engine`` runs it on ``hw``, with a note (:func:`_engine_attention`,
     :func:`_with_engine`). An attention op's kernel depends on the point: points with
-    another phase (seq_q = 1 or not) or GQA group (query heads over KV heads per GPU, which
-    a TP sweep changes once KV heads replicate) get a copy of the op counted only there
-    (0 elsewhere), each with its own kernel. Points where the op does not occur (count 0)
-    choose nothing and add no note. ``rotary``: the model applies RoPE (its graph has a
-    rotary op), which an engine may fuse into the attention call; ``sinks``: its attention
-    has sinks (gpt-oss), which some engines run on another backend; ``block_scales``: its
-    fp8 weights carry block scales (:func:`_with_engine`)."""
+    another phase (seq_q = 1 or not), GQA group (query heads over KV heads per GPU, which a
+    TP sweep changes once KV heads replicate) or, for TensorRT-LLM decode, side of its XQA
+    dispatch bound (:func:`perfmodel.engines.trtllm_xqa_pays`) get a copy of the op counted
+    only there (0 elsewhere), each with its own kernel. Points where the op does not occur
+    (count 0) choose nothing and add no note. ``rotary``: the model applies RoPE (its graph
+    has a rotary op), which an engine may fuse into the attention call; ``sinks``: its
+    attention has sinks (gpt-oss), which some engines run on another backend;
+    ``block_scales``: its fp8 weights carry block scales (:func:`_with_engine`)."""
     args = g.args
     if g.name == "mla_attention" and bool(args.get("shared_kv")):
         impl = str(args.get("impl"))
@@ -415,26 +417,31 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
     group = heads / kv_heads
     decode = np.asarray(args["seq_q"]) == 1
     count = np.asarray(g.count, dtype=np.float64)
-    shape = np.broadcast_shapes(group.shape, decode.shape, count.shape)
-    group, decode, count = (np.broadcast_to(x, shape) for x in (group, decode, count))
+    # TensorRT-LLM's decode dispatch: XQA only where its blocks fill the SMs
+    pays = np.asarray(trtllm_xqa_pays(args.get("batch", 1.0), kv_heads, args["seq_kv"],
+                                      hw.compute.units) if engine == "trtllm" else True)
+    shape = np.broadcast_shapes(group.shape, decode.shape, count.shape, pays.shape)
+    group, decode, count, pays = (np.broadcast_to(x, shape)
+                                  for x in (group, decode, count, pays))
     occurs = count > 0
-    keys = sorted({(bool(d), float(gr)) for d, gr, o in zip(decode.ravel(), group.ravel(),
-                                                             occurs.ravel(), strict=True) if o})
+    keys = sorted({(bool(d), float(gr), bool(p) or not d)
+                   for d, gr, p, o in zip(decode.ravel(), group.ravel(), pays.ravel(),
+                                          occurs.ravel(), strict=True) if o})
     if len(keys) <= 1:
-        d, gr = keys[0] if keys else (bool(np.all(decode)), float(np.max(group)))
-        op, note = _engine_attention(g, hw, engine, d, gr, rotary, sinks)
+        d, gr, p = keys[0] if keys else (bool(np.all(decode)), float(np.max(group)), True)
+        op, note = _engine_attention(g, hw, engine, d, gr, rotary, sinks, p)
         return [(op, note if keys else None)]
     out: list[tuple[GraphOp, str | None]] = []
-    for d, gr in keys:
-        mask = occurs & (decode == d) & (group == gr)
+    for d, gr, p in keys:
+        mask = occurs & (decode == d) & (group == gr) & ((pays == p) | (not d))
         part = dataclasses.replace(g, count=np.where(mask, count, 0.0))
-        out.append(_engine_attention(part, hw, engine, d, gr, rotary, sinks))
+        out.append(_engine_attention(part, hw, engine, d, gr, rotary, sinks, p))
     return out
 
 
 def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
-                      group: float, rotary: bool = True,
-                      sinks: bool = False) -> tuple[GraphOp, str]:
+                      group: float, rotary: bool = True, sinks: bool = False,
+                      xqa_pays: bool = True) -> tuple[GraphOp, str]:
     """Attention op ``g`` as ``engine`` runs it on ``hw`` (:mod:`perfmodel.engines`) in
     ``decode`` or prefill at GQA ``group``: its kernel, with the KV-cache write (and, for
     TensorRT-LLM, RoPE, if the model has it: ``rotary``) in a pre-processing kernel, in fp8
@@ -443,7 +450,7 @@ def _engine_attention(g: GraphOp, hw: HardwareSpec, engine: str, decode: bool,
     head_dim = float(np.max(np.asarray(args["head_dim"])))
     kvd = str(args.get("kv_dtype") or args["dtype"])
     choice = attention_kernel(engine, hw.arch, "decode" if decode else "prefill",
-                              head_dim, kvd, group, sinks)
+                              head_dim, kvd, group, sinks, xqa_pays)
     new = {**args, **choice.op_fields(str(args["dtype"]), hw.peaks),
            "rope": choice.rope and rotary}
     mla = g.name == "mla_attention"

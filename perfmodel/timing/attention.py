@@ -84,7 +84,7 @@ import numpy as np
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
-from perfmodel.engines import FA_MAX_HEAD_DIM
+from perfmodel.engines import FA_MAX_HEAD_DIM, TRTLLM_MIN_KEYS_PER_BLOCK
 from perfmodel.ops.attention import (
     Attention,
     computed_pairs,
@@ -198,9 +198,9 @@ def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: in
     return float(next(i for i, e in enumerate(effs, 1) if e >= 0.85 * best))
 
 
-#: TensorRT-LLM's multi-block constants (decoderXQAConstants.h): keys per block at least,
+#: TensorRT-LLM's multi-block constants (decoderXQAConstants.h; keys per block at least:
+#: :data:`perfmodel.engines.TRTLLM_MIN_KEYS_PER_BLOCK`, which its dispatch uses too):
 #: waves of CTAs at most, sub-sequences its workspace holds.
-TRTLLM_MIN_KEYS_PER_BLOCK = 128.0
 TRTLLM_TARGET_WAVES = 8.0
 TRTLLM_MAX_SUB_SEQ = 6000.0
 

@@ -14,10 +14,12 @@
   16-bit GEMM takes the engine's kernel for it (the vendor library);
 - an attention takes the engine's kernel family for the call's phase (decode where every
   sequence has one query token, unless ``phase`` says otherwise), head dim, KV-cache dtype
-  and query heads per KV head; the KV-cache write (and TensorRT-LLM's RoPE) in a kernel of
-  their own; the engine's split-KV rule where the op leaves it ``auto``; FlashInfer's
-  CUDA-core decode threshold; and fp8 compute over an fp8 KV cache where the engine's
-  kernel computes so and the GPU has an fp8 peak; an attention over a ``shared_kv``
+  and query heads per KV head (and, for TensorRT-LLM decode, whether its XQA dispatch
+  expects a gain: :func:`perfmodel.engines.trtllm_xqa_pays`; a call whose shapes straddle
+  that bound is an error, as for GEMMs); the KV-cache write (and TensorRT-LLM's RoPE) in
+  a kernel of their own; the engine's split-KV rule where the op leaves it ``auto``;
+  FlashInfer's CUDA-core decode threshold; and fp8 compute over an fp8 KV cache where the
+  engine's kernel computes so and the GPU has an fp8 peak; an attention over a ``shared_kv``
   (multi-head latent) cache runs the engines' MLA decode family, ``mla``.
 
 Predict the result with ``RunContext(engine=engine, launch="graph")`` (how the engines
@@ -39,6 +41,7 @@ from perfmodel.engines import (
     default_quant,
     gemm_kernel_for_rows,
     normalize_engine,
+    trtllm_xqa_pays,
 )
 from perfmodel.hardware.catalog import load_hardware
 from perfmodel.hardware.spec import HardwareSpec
@@ -93,8 +96,20 @@ def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str, *,
         phase = op.phase if op.phase != "auto" else (
             "decode" if bool(np.all(np.asarray(op.seq_q) == 1)) else "prefill")
         group = float(np.max(np.asarray(op.heads) / np.asarray(op.kv_heads)))
-        att = attention_kernel(eng, spec.arch, phase, float(np.max(np.asarray(op.head_dim))),
-                               op.kv_dtype, group, sinks)
+        head_dim = float(np.max(np.asarray(op.head_dim)))
+        pays = np.asarray(trtllm_xqa_pays(op.batch, op.kv_heads, op.seq_kv, spec.compute.units)
+                          if eng == "trtllm" and phase == "decode" else True)
+        att = attention_kernel(eng, spec.arch, phase, head_dim, op.kv_dtype, group, sinks,
+                               xqa_pays=bool(np.all(pays)))
+        if not np.all(pays) and np.any(pays):
+            other = attention_kernel(eng, spec.arch, phase, head_dim, op.kv_dtype, group,
+                                     sinks, xqa_pays=False)
+            if other.impl != att.impl:
+                raise PerfmodelError("batch", f"{eng} runs {other.impl} for the shapes of "
+                                     f"this call with the fewest XQA blocks and {att.impl} "
+                                     f"for the others ({other.source})",
+                                     "split the call where KV heads x sequences x "
+                                     "max(1, keys // 128) x 4 reaches the GPU's SMs")
         return dataclasses.replace(op, **att.op_fields(
             op.dtype, spec.peaks, kv_write=op.kv_write, rope=op.rope, num_splits=op.num_splits))
     raise PerfmodelError("op", f"{type(op).__name__} has no engine call (GEMMs and attention "
