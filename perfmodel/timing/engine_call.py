@@ -103,11 +103,11 @@ def engine_call(op: Gemm | Attention, engine: str, hw: HardwareSpec | str, *,
                                xqa_pays=bool(np.all(pays)))
         if not np.all(pays) and np.any(pays):
             other = attention_kernel(eng, spec.arch, phase, head_dim, op.kv_dtype, group,
-                                     sinks, xqa_pays=False)
+                                     sinks, xqa_pays=True)
             if other.impl != att.impl:
-                raise PerfmodelError("batch", f"{eng} runs {other.impl} for the shapes of "
-                                     f"this call with the fewest XQA blocks and {att.impl} "
-                                     f"for the others ({other.source})",
+                raise PerfmodelError("batch", f"{eng} runs {att.impl} for the shapes of "
+                                     f"this call with the fewest XQA blocks and "
+                                     f"{other.impl} for the others ({att.source})",
                                      "split the call where KV heads x sequences x "
                                      "max(1, keys // 128) x 4 reaches the GPU's SMs")
         return dataclasses.replace(op, **att.op_fields(
