@@ -373,9 +373,10 @@ def _batch_key(row: Measurement, units: int = 0) -> tuple[Any, ...]:
     if row.engine and row.heads:
         group = row.heads / (row.kv_heads or row.heads)
         band = 1 if group == 1 else (3 if group > 32 else 2)
-        if band == 2 and units and row.engine == "trtllm" and (row.seq_q or 1) == 1 \
-                and not bool(trtllm_xqa_pays(row.batch or 1, row.kv_heads or row.heads,
-                                             row.seq_kv or 1, units)):
+        decode = row.phase != "prefill" and (row.seq_q or 1) == 1
+        if band == 2 and units and row.engine == "trtllm" and decode and not bool(
+                trtllm_xqa_pays(row.batch or 1, row.kv_heads or row.heads, row.seq_kv or 1,
+                                units)):
             band = 4
     return (row.op, row.dtype, row.causal, path, splits, row.phase, band, *labels)
 
