@@ -67,25 +67,25 @@ def test_engine_call_takes_the_kernel_of_its_side() -> None:
         pm.engine_call(_decode(1, np.array([512, 8192])), "trtllm", "h100-sxm")
 
 
-def _row(i: int, batch: int, keys: int, kv: str = "bf16",
-         phase: str = "decode") -> Measurement:
+def _row(i: int, batch: int, keys: int, kv: str = "bf16", phase: str = "decode",
+         seq_q: int = 1) -> Measurement:
     return Measurement(row=i, op="attention", dtype="bf16", measured_s=20e-6, spec="h100-sxm",
                        source="test", gpu="h100", timing="aic_cuda_graph_replay_mean",
                        phase=phase, causal=True, batch=batch, heads=32, kv_heads=8,
-                       seq_q=1, seq_kv=keys, head_dim=128, kv_dtype=kv, engine="trtllm",
+                       seq_q=seq_q, seq_kv=keys, head_dim=128, kv_dtype=kv, engine="trtllm",
                        kernel="torch_flow")
 
 
 def test_validation_batches_rows_by_the_side_they_fall_on() -> None:
     rows = (_row(1, 1, 512), _row(2, 1, 8192), _row(3, 1, 512, "fp8"), _row(4, 2, 512, "fp8"),
             # a one-token prompt: TensorRT-LLM's context kernel, batched with its phase
-            _row(5, 1, 1, phase="prefill"), _row(6, 1, 64, phase="prefill"))
+            _row(5, 1, 1, phase="prefill"), _row(6, 1, 64, phase="prefill", seq_q=64))
     prep = prepare(MeasurementSet(rows))
     impl = {prep.rows[int(i)].row: getattr(b.op, "impl", "") for b in prep.batches
             for i in b.index}
     assert impl == {1: "mmha", 2: "xqa", 3: "xqa", 4: "xqa", 5: "fmha-v2", 6: "fmha-v2"}
     batch = {prep.rows[int(i)].row: n for n, b in enumerate(prep.batches) for i in b.index}
-    assert batch[5] == batch[6]  # one-token prompts are not split by the decode bound
+    assert batch[5] == batch[6]  # a one-token prompt is not split off by the decode bound
 
 
 def test_a_model_sweep_splits_its_decode_attention_at_the_bound() -> None:
