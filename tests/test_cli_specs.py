@@ -258,8 +258,14 @@ def test_specs_show_says_which_engines_run_and_with_what(
     assert hopper["vllm"]["gemm"]["block"] == "deepgemm"
     assert hopper["vllm"]["gemm_few_rows"] == {"block": "flashinfer"}
     assert "gemm_few_rows" not in hopper["sglang"]
+    # TensorRT-LLM's decode: masked MHA where XQA's blocks x 4 do not reach the 132 SMs
+    assert hopper["trtllm"]["attention"]["decode"] == "xqa"
+    assert hopper["trtllm"]["decode_few_blocks"] == "mmha"
+    assert "decode_few_blocks" not in hopper["vllm"]
     assert main(["specs", "show", "h100-sxm"]) == 0
-    assert "block flashinfer < 32 rows, deepgemm" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "block flashinfer < 32 rows, deepgemm" in text
+    assert "decode xqa (mmha where XQA blocks x 4 < 132 SMs)" in text
     assert main(["specs", "show", "mi210"]) == 0
     amd_text = capsys.readouterr().out
     assert "vllm    attention: prefill flash (native: flash2)" in amd_text

@@ -312,8 +312,10 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
     """Per engine (``trtllm``, ``vllm``, ``sglang``): whether it runs on ``hw`` and, where it
     does, the kernel families its profile runs there (:mod:`perfmodel.engines`): attention
     for prefill and decode (a GQA group of 4, over a 16-bit and an fp8 KV cache where the
-    GPU has fp8) and the GEMM of each quantization scheme the GPU has a peak for; where it
-    does not, why (:func:`perfmodel.engines.engine_refusal`)."""
+    GPU has fp8; ``decode_few_blocks``: the kernel of a 16-bit decode call too small for
+    XQA, :func:`perfmodel.engines.trtllm_xqa_pays`) and the GEMM of each quantization scheme
+    the GPU has a peak for; where it does not, why
+    (:func:`perfmodel.engines.engine_refusal`)."""
     from perfmodel.engines import (
         ENGINES,
         attention_kernel,
@@ -338,8 +340,12 @@ def engine_support(hw: HardwareSpec) -> dict[str, dict[str, Any]]:
         gemm = {q: gemm_kernel(engine, hw.arch, q).impl for q in ("none", *schemes)}
         few = {q: gemm_kernel_for_rows(engine, hw.arch, q, 1.0).impl
                for q in gemm if gemm_rows_bound(engine, hw.arch, q) is not None}
+        # a decode call with too few XQA blocks for the SMs (TensorRT-LLM's dispatch)
+        small = attention_kernel(engine, hw.arch, "decode", group=4.0, xqa_pays=False).impl
         out[engine] = {"runs": True, "attention": attention, "gemm": gemm,
-                       **({"gemm_few_rows": few} if few else {})}
+                       **({"gemm_few_rows": few} if few else {}),
+                       **({"decode_few_blocks": small}
+                          if small != attention["decode"] else {})}
     return out
 
 
@@ -352,7 +358,11 @@ def _engine_lines(hw: HardwareSpec) -> list[str]:
         if not info["runs"]:
             lines.append(f"  {engine:<7} does not run here: {info['why']}")
             continue
-        attn = ", ".join(f"{k} {_native(v, hw.arch)}" for k, v in info["attention"].items())
+        small = info.get("decode_few_blocks")
+        attn = ", ".join(f"{k} {_native(v, hw.arch)}"
+                         + (f" ({small} where XQA blocks x 4 < {hw.compute.units} SMs)"
+                            if k == "decode" and small else "")
+                         for k, v in info["attention"].items())
         few = info.get("gemm_few_rows", {})
         gemm = ", ".join(f"{'bf16' if k == 'none' else k} "
                          + (f"{few[k]} < {gemm_rows_bound(engine, hw.arch, k):.0f} rows, "
