@@ -103,16 +103,19 @@ def test_a_cut_device_sits_between_the_design_and_the_design_scaled_down(
         if isinstance(op, pm.Gemm):
             assert float(p_cut.compute_s) >= 2.0 * op.m * op.n * op.k / rate * (1 - 1e-9)
     # a decode GEMM and a decode attention: where padded small tiles at the design's losses
-    # made them compute-bound on the scaled-down design, the cut device, which keeps the
-    # design's operand feeds, is clearly faster
+    # made them compute-bound on the scaled-down design (compute c above memory m), the cut
+    # device, which keeps the design's operand feeds, wins back at least half of that
+    # excess, 1 − m/c of the scaled time (a fixed share would not hold near the ridge,
+    # where the overlap of the two leaves little to win)
     relieved = 0
     for op in (pm.Gemm(m=8, n=4096, k=4096, dtype="bf16"),
                pm.Attention(batch=8, heads=32, kv_heads=8, seq_q=1, seq_kv=4096,
                             head_dim=128, dtype="bf16", impl="xqa")):
         p_scaled = predict(op, scaled, context=graph)
-        if share < 1.0 and float(p_scaled.compute_s) > float(p_scaled.memory_s):
+        c, m = float(p_scaled.compute_s), float(p_scaled.memory_s)
+        if share < 1.0 and c > m:
             t_cut = float(predict(op, cut, context=graph).latency_s)
-            assert t_cut < 0.9 * float(p_scaled.latency_s), op
+            assert t_cut < (1.0 - 0.5 * (1.0 - m / c)) * float(p_scaled.latency_s), op
             relieved += 1
     if gpu == "h100-sxm" and share < 0.5:
         assert relieved == 2
