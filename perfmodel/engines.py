@@ -21,9 +21,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfmodel._errors import PerfmodelError
+
+if TYPE_CHECKING:
+    from perfmodel._xp import Ops
 
 __all__ = [
     "BEFORE_TURING_ARCHS",
@@ -430,16 +433,26 @@ _XQA_GAIN = "TensorRT-LLM's XQA dispatch (DecoderXQARunner::mayHavePerfGain, sho
     "cache (an fp8 cache always takes XQA)"
 
 
+def trtllm_history_blocks(seq_kv: Any, ops: Ops) -> Any:
+    """Multi-block blocks TensorRT-LLM's XQA counts for ``seq_kv`` keys of history before
+    any cap, n₀ = max(⌊S_kv/128⌋, 1) (``kMinHistoryTokensPerBlock``): what its dispatch
+    (:func:`trtllm_xqa_pays`) and its multi-block count
+    (:func:`perfmodel.timing.attention.trtllm_multi_block`) both start from."""
+    return ops.maximum(ops.floor(seq_kv / TRTLLM_MIN_KEYS_PER_BLOCK), 1.0)
+
+
 def trtllm_xqa_pays(batch: Any, kv_heads: Any, seq_kv: Any, units: int) -> Any:
     """Whether TensorRT-LLM's XQA dispatch expects a gain for a decode call of ``batch``
     sequences of ``seq_kv`` keys over ``kv_heads`` KV heads on a GPU of ``units`` SMs
     (``DecoderXQARunner::mayHavePerfGain`` with multi-block mode on, its default):
     H_kv·B·max(1, ⌊S_kv/128⌋)·4 ≥ SMs. Arrays in, a bool array out; where it fails,
     :func:`attention_kernel` takes ``xqa_pays=False`` (masked MHA over a 16-bit cache)."""
-    import numpy as np  # `import perfmodel` does not load numpy: only when used
+    # `import perfmodel` does not load numpy: only when used
+    import numpy as np
 
-    blocks = np.maximum(np.floor(np.asarray(seq_kv, dtype=np.float64)
-                                 / TRTLLM_MIN_KEYS_PER_BLOCK), 1.0)
+    from perfmodel._xp import VECTOR
+
+    blocks = trtllm_history_blocks(np.asarray(seq_kv, dtype=np.float64), VECTOR)
     work = np.asarray(kv_heads, dtype=np.float64) * np.asarray(batch, dtype=np.float64) * blocks
     return work * TRTLLM_XQA_MIN_BLOCK_FACTOR >= float(units)
 

@@ -84,7 +84,7 @@ import numpy as np
 from perfmodel._errors import PerfmodelError
 from perfmodel._xp import SCALAR, VECTOR, Ops
 from perfmodel.dtypes import bytes_per_element
-from perfmodel.engines import FA_MAX_HEAD_DIM, TRTLLM_MIN_KEYS_PER_BLOCK
+from perfmodel.engines import FA_MAX_HEAD_DIM, trtllm_history_blocks
 from perfmodel.ops.attention import (
     Attention,
     computed_pairs,
@@ -199,8 +199,8 @@ def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: in
 
 
 #: TensorRT-LLM's multi-block constants (decoderXQAConstants.h; keys per block at least:
-#: :data:`perfmodel.engines.TRTLLM_MIN_KEYS_PER_BLOCK`, which its dispatch uses too):
-#: waves of CTAs at most, sub-sequences its workspace holds.
+#: :func:`perfmodel.engines.trtllm_history_blocks`, which its dispatch uses too): waves of
+#: CTAs at most, sub-sequences its workspace holds.
 TRTLLM_TARGET_WAVES = 8.0
 TRTLLM_MAX_SUB_SEQ = 6000.0
 
@@ -214,7 +214,7 @@ def trtllm_multi_block(base_ctas: Any, seq_kv: Any, batch: Any, units: int,
     w = CTAs·n₁/SMs > 8, and at most 6000 sub-sequences in its workspace,
     n = max(min(n₂, ⌊6000/B⌋), 1). ``base_ctas``: the CTAs of one block per (sequence, KV
     head)."""
-    n0 = ops.maximum(ops.floor(seq_kv / TRTLLM_MIN_KEYS_PER_BLOCK), 1.0)
+    n0 = trtllm_history_blocks(seq_kv, ops)
     # C++ std::round rounds halves away from zero; √(8·n) is never a half for integer n
     n1 = ops.minimum(n0, ops.round(ops.sqrt(8.0 * n0)))
     waves = base_ctas * n1 / units
