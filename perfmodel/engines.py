@@ -37,6 +37,8 @@ __all__ = [
     "REQUEST_OVERHEAD_S",
     "STEP_OVERHEAD_PER_SEQ_S",
     "STEP_OVERHEAD_S",
+    "TRTLLM_MIN_KEYS_PER_BLOCK",
+    "TRTLLM_XQA_MIN_BLOCK_FACTOR",
     "VLLM_HOPPER_FLASHINFER_ROWS",
     "AttentionChoice",
     "GemmChoice",
@@ -54,6 +56,8 @@ __all__ = [
     "gemm_rows_bound",
     "normalize_engine",
     "step_overhead",
+    "trtllm_history_blocks",
+    "trtllm_xqa_pays",
 ]
 
 #: Engines with a profile. ``none`` is engine-neutral: the architecture's native kernels,
