@@ -421,10 +421,10 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
     pays = np.asarray(trtllm_xqa_pays(args.get("batch", 1.0), kv_heads, args["seq_kv"],
                                       hw.compute.units) if engine == "trtllm" else True)
     shape = np.broadcast_shapes(group.shape, decode.shape, count.shape, pays.shape)
-    group, decode, count, pays = (np.broadcast_to(x, shape)
-                                  for x in (group, decode, count, pays))
+    group, decode, count = (np.broadcast_to(x, shape) for x in (group, decode, count))
+    pays = np.broadcast_to(pays, shape) | ~decode  # the bound is a decode call's
     occurs = count > 0
-    keys = sorted({(bool(d), float(gr), bool(p) or not d)
+    keys = sorted({(bool(d), float(gr), bool(p))
                    for d, gr, p, o in zip(decode.ravel(), group.ravel(), pays.ravel(),
                                           occurs.ravel(), strict=True) if o})
     if len(keys) <= 1:
@@ -433,7 +433,7 @@ def _engine_ops(g: GraphOp, hw: HardwareSpec, engine: str, rotary: bool = True,
         return [(op, note if keys else None)]
     out: list[tuple[GraphOp, str | None]] = []
     for d, gr, p in keys:
-        mask = occurs & (decode == d) & (group == gr) & ((pays == p) | (not d))
+        mask = occurs & (decode == d) & (group == gr) & (pays == p)
         part = dataclasses.replace(g, count=np.where(mask, count, 0.0))
         out.append(_engine_attention(part, hw, engine, d, gr, rotary, sinks, p))
     return out
