@@ -203,6 +203,17 @@ def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: in
 #: CTAs at most, sub-sequences its workspace holds.
 TRTLLM_TARGET_WAVES = 8.0
 TRTLLM_MAX_SUB_SEQ = 6000.0
+#: TensorRT-LLM's masked-MHA launch (decoderMaskedMultiheadAttentionLaunch.h): CTAs of 256
+#: threads, 4 resident per SM (32 warps, register-limited), widened to 512 or 1024 threads
+#: when there are fewer; a multi-block CTA takes whole key loops of 8 keys per value thread
+#: group; shared memory holds 24 bytes per 4 keys of a block's logits (16-bit types:
+#: estimate_min_multi_block_count), with 2 KiB kept back, of the opt-in maximum (the SM's
+#: shared memory less the 1 KiB the driver reserves per CTA).
+MMHA_THREADS = 256.0
+MMHA_RESIDENT = 4.0
+MMHA_KEYS_PER_THREAD_GROUP = 8.0
+MMHA_LOGIT_BYTES_PER_4_KEYS = 24.0
+MMHA_SMEM_KEPT = 2048.0 + 1024.0
 
 
 def trtllm_multi_block(base_ctas: Any, seq_kv: Any, batch: Any, units: int,
@@ -221,6 +232,37 @@ def trtllm_multi_block(base_ctas: Any, seq_kv: Any, batch: Any, units: int,
     n2 = ops.where(waves > TRTLLM_TARGET_WAVES,
                    ops.floor(n1 * TRTLLM_TARGET_WAVES / ops.maximum(waves, 1e-30)), n1)
     return ops.maximum(ops.minimum(n2, ops.floor(TRTLLM_MAX_SUB_SEQ / batch)), 1.0)
+
+
+def trtllm_mmha_blocks(base_ctas: Any, seq_kv: Any, d: Any, units: int, smem: float,
+                       ops: Ops = VECTOR) -> Any:
+    """Blocks per (sequence, query head) that TensorRT-LLM's masked-MHA kernel launches in
+    multi-block mode (its default; decoderMaskedMultiheadAttentionLaunch.h
+    ``multi_block_grid_setup``, the attention op's ``getMaxNumSeqLenTile`` and
+    ``estimate_min_multi_block_count``), for ``base_ctas`` = B·H (sequences × query heads)
+    and S = ``seq_kv`` keys:
+
+    - threads per CTA: t = 256·min(⌈4·U/(B·H)⌉, 4), launched as 256 below 512, 512 below
+      1024, else 1024 (U SMs; the same 32 warps per SM whatever the CTA size);
+    - keys per loop of a CTA: K = ⌈t/v⌉·8, v = D'·2/16 threads per value (D' the head dim
+      rounded up to a power of two, 16-byte loads of 16-bit values);
+    - at most ⌈U/(B·H)⌉ blocks (one wave of the largest CTAs), at least
+      m₀ = max(1, ⌈⌈S/4⌉ / ⌊(smem − 3 KiB)/24⌋⌉), as the block's logits must fit its shared
+      memory;
+    - blocks = max(m₀, min(⌈S/K⌉, ⌈U/(B·H)⌉)).
+
+    Its partial results are merged by the last block of each (sequence, head) inside the
+    same kernel (no combine kernel)."""
+    factor = ops.minimum(ops.ceil(MMHA_RESIDENT * units / base_ctas), MMHA_RESIDENT)
+    wide = MMHA_THREADS * factor
+    threads = ops.where(wide < 512.0, 256.0, ops.where(wide < 1024.0, 512.0, 1024.0))
+    d_max = ops.where(d <= 32.0, 32.0, ops.where(d <= 64.0, 64.0,
+                                                 ops.where(d <= 128.0, 128.0, 256.0)))
+    per_loop = ops.ceil(threads / (d_max * 2.0 / 16.0)) * MMHA_KEYS_PER_THREAD_GROUP
+    most = ops.ceil(units / base_ctas)
+    groups = math.floor((smem - MMHA_SMEM_KEPT) / MMHA_LOGIT_BYTES_PER_4_KEYS)
+    least = ops.maximum(ops.ceil(ops.ceil(seq_kv / 4.0) / max(groups, 1)), 1.0)
+    return ops.maximum(least, ops.minimum(ops.ceil(seq_kv / per_loop), most))
 
 
 def _tile_smem(fam: AttentionFamily, q: Any, kv: Any, d: Any, dv: Any, s: float) -> Any:
@@ -386,10 +428,12 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         slots = k.units * per_unit
     if op.num_splits not in ("auto", "gqa"):
         splits = 0.0 * base + float(op.num_splits)
-    elif fam.split_kv in ("auto", "trtllm") \
+    elif fam.split_kv in ("auto", "trtllm", "mmha") \
             and not (op.kv_dtype == "fp8" and arch in fam.fp8_unsplit):
         if fam.split_kv == "trtllm":
             splits = trtllm_multi_block(base, seq_kv, batch, k.units, ops)
+        elif fam.split_kv == "mmha":
+            splits = trtllm_mmha_blocks(base, seq_kv, d, k.units, smem, ops)
         else:
             splits = ops.minimum(auto_splits(base, seq_kv, int(k.units * fam.split_slots),
                                              max(64, int(fam.max_splits)),
@@ -493,7 +537,8 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
         cta = attn_constant(impl, "cta_bandwidth", arch, consts)
     memory = stream_time(traffic, footprint, k, env, ctas=ops.minimum(tiles, slots),
                          ops=ops, cta_bandwidth=cta)
-    launches = ops.where(splits > 1, 2.0, 1.0)
+    # a split call's combine kernel (the masked-MHA kernel merges in its last block)
+    launches = ops.where(splits > 1, 1.0 if fam.split_kv == "mmha" else 2.0, 1.0)
     if impl == "paged":
         # the KV-cache entry point packs the G query heads of a group into the row dimension
         # for decode: Q is transposed into that layout and O back, two extra copy kernels

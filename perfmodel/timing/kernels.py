@@ -210,7 +210,8 @@ class AttentionFamily:
         ``auto``: split the keys over extra CTAs when the tiles do not fill the device (a
         combine kernel merges the partial results); ``trtllm``: TensorRT-LLM's multi-block
         rule, whatever the fill (:func:`perfmodel.timing.attention.trtllm_multi_block`);
-        ``none``.
+        ``mmha``: TensorRT-LLM's masked-MHA multi-block rule
+        (:func:`perfmodel.timing.attention.trtllm_mmha_blocks`); ``none``.
     max_splits:
         Most splits of one (sequence, head) the kernel uses.
     max_group:
@@ -530,7 +531,7 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "heads per KV head run the masked-MHA fallback at 20-80 GB/s on every GPU, "
                     "and on SM89 an fp8 cache with grouped heads is read by one CTA per "
                     "(sequence, KV head)", max_group=32.0, fp8_unsplit=("ada",)),
-    AttentionFamily("mmha", False, ((_ANY, 1e9, 16, 64),), "never", "auto",
+    AttentionFamily("mmha", False, ((_ANY, 1e9, 16, 64),), "never", "mmha",
                     "TensorRT-LLM masked multi-head attention decode kernel "
                     "(decoderMaskedMultiheadAttention): one CTA per (sequence, query head), "
                     "the dot products on CUDA cores, multi-block mode splits long KV; TRT-LLM "
@@ -540,7 +541,9 @@ ATTENTION_FAMILIES: Mapping[str, AttentionFamily] = MappingProxyType({f.name: f 
                     "Launch (decoderMaskedMultiheadAttentionLaunch.h): 256-thread CTAs when "
                     "sequences x heads >= 4x the SMs, 'the max number of warps we can launch "
                     "per SM is 32 limited by registers': 4 resident per SM; fewer, larger "
-                    "CTAs (same 32 warps) with multi-block splits below that",
+                    "CTAs (same 32 warps) with multi-block splits below that, as many as "
+                    "one wave of them holds and the keys fill whole loops "
+                    "(perfmodel.timing.attention.trtllm_mmha_blocks), merged in the kernel",
                     resident=4.0),
     AttentionFamily("trtllm-gen", True, ((_ANY, 256, 128, 128), (_ANY, 1e9, 64, 128)),
                     "short", "auto",
