@@ -565,6 +565,11 @@ def _flash(ops: Ops, op: Attention, batch: Any, heads: Any, kv_heads: Any, seq_q
     else:
         exposed = later
     overhead = launches * env.kernel_s + tile_s + exposed
+    if fam.split_kv == "mmha":
+        # the masked-MHA kernel's last block of a split (sequence, head) merges the others'
+        # partial results after they finish: one more dependent step (read the partials,
+        # write the output), a tile's serial time
+        overhead = overhead + ops.where(splits > 1, tile_s, 0.0)
     latency = streamed + overhead
     flops = 2.0 * batch * heads * pairs(seq_q, seq_kv, op.causal, ops) * (d + dv)
     return {"latency_s": latency, "compute_s": compute, "memory_s": memory,
