@@ -76,3 +76,23 @@ def test_an_xqa_split_keeps_its_combine_kernel() -> None:
     fused = dict(predict(op, "l40s", context=RunContext(launch="graph")).stages)["attention"]
     assert float(fused.details["splits"]) == 16.0
     assert float(fused.details["kernels"]) == 2.0
+
+
+def test_a_split_pays_the_last_blocks_merge_as_one_more_tile_step() -> None:
+    """The last block of a split (sequence, head) reads the others' partials after they
+    finish and writes the output: one more serial step, a decode tile's time (here one
+    wave either way: 16 or 64 CTAs on 132 SMs)."""
+    from perfmodel.timing.constants import bundled_constants
+    from perfmodel.timing.kernels import attn_constant, decode_rows_scale, tile_time_scale
+
+    def overhead(splits: int) -> float:
+        op = pm.Attention(batch=1, heads=16, kv_heads=16, seq_q=1, seq_kv=4096,
+                          head_dim=128, impl="mmha", num_splits=splits)
+        p = predict(op, "h100-sxm", context=RunContext(launch="graph", engine="trtllm"))
+        assert float(p.details["splits"]) == splits
+        return float(p.overhead_s)
+
+    c = bundled_constants()
+    tile = attn_constant("mmha", "decode_tile_s", "hopper", c, "trtllm") \
+        * decode_rows_scale(1.0, c) * tile_time_scale(128.0, 128.0, c)
+    assert overhead(4) - overhead(1) == pytest.approx(tile, rel=1e-9)
