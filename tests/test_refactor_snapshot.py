@@ -4,20 +4,25 @@ a few whole-model runs equal, to 1e-12 relative, the values recorded by
 of the code must not move a prediction.
 
 The record is retaken only with a deliberate change of the model, said in its commit. It was
-last retaken when TensorRT-LLM's decode began to run its masked-MHA kernel where its XQA
-dispatch expects no gain (over a 16-bit cache), with the refit of every constant that came
-with it: 831 op latencies moved by 0.946-1.005x (refit only: every record names its kernel,
-and the dispatch enters through the engine's choice), the model runs' headline figures by at
-most 0.17 % (Llama 3.1 70B's TPOT on four H100s with TensorRT-LLM, whose decode stays on
-XQA); before that when a resident attention kernel's CTAs per SM began to follow from its
-own shared memory (FlashAttention-2's one K/V stage, its split-KV tiles through a paged
-cache), a lone CTA of a kernel sized for two per SM to run at a fitted share of its SM (a
-decode tile at its own), and TensorRT-LLM's XQA to split by its multi-block rule, with the
-refit of every constant that came with them: 831 op latencies moved by 0.998-1.309x, the
-model runs' headline figures by at most 0.20 % (Llama 3.1 70B's TPOT on four H100s with
-TensorRT-LLM, whose XQA decode now splits its keys over more blocks); before that when
-TensorRT-LLM's Hopper context kernels and its trtllm-gen kernels began to end a causal call
-of more query tiles than slots with the last tile they start, a long one
+last retaken when TensorRT-LLM's masked-MHA decode began to split its keys by the library's
+own multi-block launch rule (one wave of its widest CTAs, whole key loops, the shared-memory
+floor) and to pay its last block's merge as one more tile step instead of a combine kernel,
+with the refit of every constant that came with it: 831 op latencies moved by 0.997-1.001x
+(refit only), the model runs' headline figures by at most 0.11 %; before that when
+TensorRT-LLM's decode began to run its masked-MHA kernel where its XQA dispatch expects no
+gain (over a 16-bit cache), with the refit of every constant that came with it: 831 op
+latencies moved by 0.946-1.005x (refit only: every record names its kernel, and the dispatch
+enters through the engine's choice), the model runs' headline figures by at most 0.17 %
+(Llama 3.1 70B's TPOT on four H100s with TensorRT-LLM, whose decode stays on XQA); before
+that when a resident attention kernel's CTAs per SM began to follow from its own shared
+memory (FlashAttention-2's one K/V stage, its split-KV tiles through a paged cache), a lone
+CTA of a kernel sized for two per SM to run at a fitted share of its SM (a decode tile at
+its own), and TensorRT-LLM's XQA to split by its multi-block rule, with the refit of every
+constant that came with them: 831 op latencies moved by 0.998-1.309x, the model runs'
+headline figures by at most 0.20 % (Llama 3.1 70B's TPOT on four H100s with TensorRT-LLM,
+whose XQA decode now splits its keys over more blocks); before that when TensorRT-LLM's
+Hopper context kernels and its trtllm-gen kernels began to end a causal call of more query
+tiles than slots with the last tile they start, a long one
 (``AttentionFamily.causal_order``), with the refit of every constant that came with it: 831
 op latencies moved by 0.921-1.015x, the model runs' headline figures by at most 0.83 %
 (Llama 3.1 70B's TTFT on four H100s with TensorRT-LLM, whose prefill attention, 512 tiles on
