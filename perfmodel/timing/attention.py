@@ -204,13 +204,12 @@ def _auto_splits_one(base_ctas: float, seq_kv: float, units: int, max_splits: in
 TRTLLM_TARGET_WAVES = 8.0
 TRTLLM_MAX_SUB_SEQ = 6000.0
 #: TensorRT-LLM's masked-MHA launch (decoderMaskedMultiheadAttentionLaunch.h): CTAs of 256
-#: threads, 4 resident per SM (32 warps, register-limited), widened to 512 or 1024 threads
-#: when there are fewer; a multi-block CTA takes whole key loops of 8 keys per value thread
-#: group; shared memory holds 24 bytes per 4 keys of a block's logits (16-bit types:
-#: estimate_min_multi_block_count), with 2 KiB kept back, of the opt-in maximum (the SM's
-#: shared memory less the 1 KiB the driver reserves per CTA).
+#: threads (resident per SM as the ``mmha`` family's ``resident`` says), widened to 512 or
+#: 1024 threads when there are fewer; a multi-block CTA takes whole key loops of 8 keys per
+#: value thread group; shared memory holds 24 bytes per 4 keys of a block's logits (16-bit
+#: types: estimate_min_multi_block_count), with 2 KiB kept back, of the opt-in maximum (the
+#: SM's shared memory less the 1 KiB the driver reserves per CTA).
 MMHA_THREADS = 256.0
-MMHA_RESIDENT = 4.0
 MMHA_KEYS_PER_THREAD_GROUP = 8.0
 MMHA_LOGIT_BYTES_PER_4_KEYS = 24.0
 MMHA_SMEM_KEPT = 2048.0 + 1024.0
@@ -242,8 +241,9 @@ def trtllm_mmha_blocks(base_ctas: Any, seq_kv: Any, d: Any, units: int, smem: fl
     ``estimate_min_multi_block_count``), for ``base_ctas`` = B·H (sequences × query heads)
     and S = ``seq_kv`` keys:
 
-    - threads per CTA: t = 256·min(⌈4·U/(B·H)⌉, 4), launched as 256 below 512, 512 below
-      1024, else 1024 (U SMs; the same 32 warps per SM whatever the CTA size);
+    - threads per CTA: t = 256·min(⌈r·U/(B·H)⌉, r), launched as 256 below 512, 512 below
+      1024, else 1024 (U SMs, r = 4 CTAs of 256 threads resident per SM, the family's
+      ``resident``: the same 32 warps per SM whatever the CTA size);
     - keys per loop of a CTA: K = ⌈t/v⌉·8, v = D'·2/16 threads per value (D' the head dim
       rounded up to a power of two, 16-byte loads of 16-bit values);
     - at most ⌈U/(B·H)⌉ blocks (one wave of the largest CTAs), at least
@@ -253,7 +253,8 @@ def trtllm_mmha_blocks(base_ctas: Any, seq_kv: Any, d: Any, units: int, smem: fl
 
     Its partial results are merged by the last block of each (sequence, head) inside the
     same kernel (no combine kernel)."""
-    factor = ops.minimum(ops.ceil(MMHA_RESIDENT * units / base_ctas), MMHA_RESIDENT)
+    resident = attention_family("mmha").resident
+    factor = ops.minimum(ops.ceil(resident * units / base_ctas), resident)
     wide = MMHA_THREADS * factor
     threads = ops.where(wide < 512.0, 256.0, ops.where(wide < 1024.0, 512.0, 1024.0))
     d_max = ops.where(d <= 32.0, 32.0, ops.where(d <= 64.0, 64.0,
